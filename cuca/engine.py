@@ -1,0 +1,116 @@
+"""The plain generation loop: batched prefill, then one forward pass per token. Thin on purpose."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError, ContextLengthError
+from .models.cache import KVCache
+from .sampling import SamplingParams, next_token
+
+PREFILL_CHUNK = 256  # rows per prefill pass: bounds scratch memory, keeps the kernels in their fast M range
+
+
+@dataclass
+class Timings:
+    """Seconds spent in prefill and in decode passes; the first generated token comes from the prefill pass."""
+
+    n_prompt: int = 0
+    n_generated: int = 0
+    n_decode_passes: int = 0
+    prompt_s: float = 0.0
+    decode_s: float = 0.0
+
+    @property
+    def prompt_tokens_per_second(self) -> float:
+        return self.n_prompt / self.prompt_s if self.prompt_s > 0 else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Decode throughput: forward passes after the prefill per second (prompt processing excluded)."""
+        return self.n_decode_passes / self.decode_s if self.decode_s > 0 else 0.0
+
+
+@dataclass
+class Generation:
+    """One request's outcome, filled while its tokens stream."""
+
+    tokens: list[int] = field(default_factory=list)
+    finish_reason: str | None = None  # "stop" (end-of-generation or stop token) or "length"
+    timings: Timings = field(default_factory=Timings)
+
+
+class Engine:
+    """Owns a model and its cache; serves one request at a time."""
+
+    def __init__(self, model: Any, n_ctx: int):
+        if n_ctx < 2:
+            raise ConfigError(f"context_length must be >= 2, got {n_ctx}")
+        self.model = model
+        self.n_ctx = n_ctx
+        self.cache: KVCache = model.make_cache(n_ctx)
+
+    def prefill(self, prompt: Sequence[int], pos0: int = 0) -> np.ndarray:
+        """Run the prompt through the model in chunks; returns the last position's logits (n_vocab,)."""
+        ids = np.asarray(prompt, dtype=np.int32)
+        logits = None
+        for s in range(0, len(ids), PREFILL_CHUNK):
+            chunk = ids[s : s + PREFILL_CHUNK]
+            pos = np.arange(pos0 + s, pos0 + s + len(chunk), dtype=np.int32)
+            logits = self.model.forward(chunk, pos, self.cache, "last")
+        assert logits is not None
+        return logits[0]
+
+    def check_fits(self, n_prompt: int, max_tokens: int) -> None:
+        if n_prompt < 1:
+            raise ConfigError("the prompt is empty: at least one token is needed")
+        if max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {max_tokens}")
+        if n_prompt + max_tokens > self.n_ctx:
+            raise ContextLengthError(
+                f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) = {n_prompt + max_tokens} exceeds the "
+                f"context length of {self.n_ctx}"
+            )
+
+    def stream(
+        self,
+        prompt: Sequence[int],
+        max_tokens: int,
+        params: SamplingParams,
+        stop_ids: frozenset[int] = frozenset(),
+        gen: Generation | None = None,
+    ) -> Iterator[int]:
+        """Yield generated token ids; `gen` (if given) receives the tokens, finish reason and timings."""
+        gen = gen if gen is not None else Generation()
+        self.check_fits(len(prompt), max_tokens)
+        rng = np.random.default_rng(params.seed)
+        t = gen.timings
+        t.n_prompt = len(prompt)
+        self.cache.reset()
+        t0 = time.perf_counter()
+        logits = self.prefill(prompt)
+        t.prompt_s = time.perf_counter() - t0
+        pos = len(prompt)
+        while True:
+            tok = next_token(logits, params, rng)
+            gen.tokens.append(tok)
+            t.n_generated += 1
+            yield tok
+            if tok in stop_ids:
+                gen.finish_reason = "stop"
+                return
+            if t.n_generated >= max_tokens:
+                gen.finish_reason = "length"
+                return
+            t0 = time.perf_counter()
+            logits = self.model.forward(
+                np.array([tok], np.int32), np.array([pos], np.int32), self.cache, "last"
+            )[0]
+            t.decode_s += time.perf_counter() - t0
+            t.n_decode_passes += 1
+            pos += 1

@@ -1,0 +1,158 @@
+"""LocalModel: load a GGUF model in-process and serve completion and chat requests, one at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .engine import Engine, Generation, Timings
+from .errors import ConfigError
+from .gguf import open_gguf
+from .models import load_model
+from .models.layers import Ops
+from .sampling import SamplingParams
+from .sources import ModelSource
+from .tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class LocalModelConfig:
+    """What to load and how. `threads` 0 uses every core; `context_length` 0 uses min(4096, trained length)."""
+
+    source: ModelSource | str | os.PathLike[str] = "gemma3-270m-q4_k_m"
+    context_length: int = 0
+    threads: int = 0
+    device: str = "cpu"
+
+    def validate(self) -> None:
+        if not isinstance(self.context_length, int) or self.context_length < 0:
+            raise ConfigError(f"context_length must be an integer >= 0, got {self.context_length!r}")
+        if not isinstance(self.threads, int) or self.threads < 0:
+            raise ConfigError(f"threads must be an integer >= 0, got {self.threads!r}")
+        if self.device != "cpu":
+            raise ConfigError(f"device {self.device!r} is not available in this build (only 'cpu')")
+
+
+@dataclass
+class Reply:
+    """A finished request: generated text and ids, why it stopped, and how long it took."""
+
+    text: str
+    tokens: list[int]
+    finish_reason: str
+    timings: Timings = field(default_factory=Timings)
+
+
+class LocalModel:
+    """A loaded model. Requests are served one at a time, in order (a lock guards the engine)."""
+
+    def __init__(self, config: LocalModelConfig):
+        config.validate()
+        self.config = config
+        self.source = ModelSource.parse(config.source)
+        self.path = self.source.resolve()
+        self.file = open_gguf(self.path)
+        self.tokenizer = Tokenizer.from_gguf(self.file)
+        self.model = load_model(self.file, Ops(config.threads or (os.cpu_count() or 1)))
+        n_ctx = config.context_length or min(4096, int(self.model.n_ctx_train))
+        self.engine = Engine(self.model, n_ctx)
+        self._lock = threading.Lock()
+
+    # ---- loading ----------------------------------------------------------------------------------------
+    @classmethod
+    async def load(cls, config: LocalModelConfig) -> LocalModel:
+        return await asyncio.to_thread(cls, config)
+
+    @classmethod
+    def load_sync(cls, config: LocalModelConfig) -> LocalModel:
+        return cls(config)
+
+    # ---- synchronous requests ---------------------------------------------------------------------------
+    def prompt_ids(self, prompt: str | Sequence[int]) -> list[int]:
+        return list(prompt) if not isinstance(prompt, str) else self.tokenizer.encode(prompt)
+
+    def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_bos=False if self.tokenizer.template_has_bos(text) else None)
+
+    def stream_ids_sync(
+        self,
+        prompt_ids: list[int],
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        gen: Generation | None = None,
+    ) -> Iterator[str]:
+        """Stream text pieces for a tokenized prompt; `gen` receives ids, finish reason and timings."""
+        params = SamplingParams(temperature, top_k, top_p, seed)
+        gen = gen if gen is not None else Generation()
+        dec = self.tokenizer.stream_decoder()
+        pending = ""  # text held back while it could still be the start of a stop string
+        hold = max((len(s) for s in stop), default=0)
+        with self._lock:
+            for tok in self.engine.stream(prompt_ids, max_tokens, params, self.tokenizer.eog_ids, gen):
+                if tok in self.tokenizer.eog_ids:
+                    break
+                pending += dec.feed(tok)
+                cut = _find_stop(pending, stop)
+                if cut is not None:
+                    gen.finish_reason = "stop"
+                    if cut:
+                        yield pending[:cut]
+                    return
+                if len(pending) > hold:
+                    emit = len(pending) - hold
+                    yield pending[:emit]
+                    pending = pending[emit:]
+            pending += dec.flush()
+            cut = _find_stop(pending, stop)
+            if cut is not None:
+                gen.finish_reason = "stop"
+                pending = pending[:cut]
+            if pending:
+                yield pending
+
+    def complete_sync(self, prompt: str | Sequence[int], **kw: Any) -> Reply:
+        gen = Generation()
+        text = "".join(self.stream_ids_sync(self.prompt_ids(prompt), gen=gen, **kw))
+        return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings)
+
+    def chat_sync(self, messages: list[dict[str, Any]], **kw: Any) -> Reply:
+        gen = Generation()
+        text = "".join(self.stream_ids_sync(self.chat_prompt(messages), gen=gen, **kw))
+        return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings)
+
+    def stream_sync(self, prompt: str | Sequence[int], **kw: Any) -> Iterator[str]:
+        return self.stream_ids_sync(self.prompt_ids(prompt), **kw)
+
+    def stream_chat_sync(self, messages: list[dict[str, Any]], **kw: Any) -> Iterator[str]:
+        return self.stream_ids_sync(self.chat_prompt(messages), **kw)
+
+    # ---- asynchronous requests (run in a worker thread; the lock keeps them in order) --------------------
+    async def complete(self, prompt: str | Sequence[int], **kw: Any) -> Reply:
+        return await asyncio.to_thread(self.complete_sync, prompt, **kw)
+
+    async def chat(self, messages: list[dict[str, Any]], **kw: Any) -> Reply:
+        return await asyncio.to_thread(self.chat_sync, messages, **kw)
+
+    async def stream(self, prompt: str | Sequence[int], **kw: Any) -> AsyncIterator[str]:
+        it = self.stream_sync(prompt, **kw)
+        done = object()
+        while True:
+            piece = await asyncio.to_thread(next, it, done)
+            if piece is done:
+                return
+            yield piece  # type: ignore[misc]
+
+
+def _find_stop(text: str, stop: Sequence[str]) -> int | None:
+    """Index where the earliest stop string starts in text, or None."""
+    hits = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    return min(hits) if hits else None

@@ -1,0 +1,46 @@
+"""Architectures: one module per `general.architecture` (hyphens become underscores)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..errors import ProviderError
+from ..gguf import GGUFFile
+from .cache import KVCache
+from .layers import Ops
+
+ARCHITECTURES = ("llama", "gemma3")
+
+
+class Model(Protocol):
+    arch: str
+    n_vocab: int
+    n_ctx_train: int
+
+    def make_cache(self, n_ctx: int) -> KVCache: ...
+
+    def forward(
+        self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache, logits: str = "last"
+    ) -> np.ndarray: ...
+
+
+def load_model(f: GGUFFile, ops: Ops | None = None) -> Any:
+    """Bind the weights of `f` to its architecture's Model (no copies: weights stay memory-mapped)."""
+    if f.architecture not in ARCHITECTURES:
+        raise ProviderError(
+            f"{f.path}: architecture {f.architecture!r} is not supported (supported: {', '.join(ARCHITECTURES)})"
+        )
+    mod = importlib.import_module(f"{__name__}.{f.architecture.replace('-', '_')}")
+    return mod.Model(f, ops or Ops())
+
+
+def req(f: GGUFFile, suffix: str) -> Any:
+    """The required key `{arch}.{suffix}`; a missing key raises naming it and the file."""
+    return f.require(f.arch_key(suffix))
+
+
+def opt(f: GGUFFile, suffix: str, default: Any) -> Any:
+    return f.get(f.arch_key(suffix), default)

@@ -1,0 +1,137 @@
+"""`gemma3`: Gemma 3 text decoder: sliding/global layers (5:1), per-head q/k RMS norms, sandwich norms around
+attention and MLP, GELU-tanh gated MLP, embeddings scaled by sqrt(n_embd), tied head.
+
+ref: llama.cpp src/models/gemma3.cpp. Norm weights in GGUF already hold (1 + w).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..gguf import GGUFFile
+from . import opt, req
+from .cache import KVCache
+from .layers import Linear, Ops, head_norm, linear, rms_norm, self_attention, vector
+
+
+@dataclass(frozen=True)
+class Config:
+    n_vocab: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    n_ctx_train: int
+    eps: float
+    window: int
+    swa_pattern: int  # every swa_pattern-th layer is global; 0 = all global
+    rope_base: float
+    rope_base_swa: float
+    rope_scale: float
+    attn_scale: float
+    final_softcap: float
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> Config:
+        n_embd, n_head = int(req(f, "embedding_length")), int(req(f, "attention.head_count"))
+        head_dim = int(req(f, "attention.key_length"))
+        window = int(opt(f, "attention.sliding_window", 0))
+        factor = opt(f, "rope.scaling.factor", None)
+        n_layer = int(req(f, "block_count"))
+        return cls(
+            n_vocab=int(f.tensor("token_embd.weight").shape[0]),
+            n_embd=n_embd,
+            n_layer=n_layer,
+            n_head=n_head,
+            n_head_kv=int(opt(f, "attention.head_count_kv", n_head)),
+            head_dim=head_dim,
+            n_ff=int(req(f, "feed_forward_length")),
+            n_ctx_train=int(req(f, "context_length")),
+            eps=float(req(f, "attention.layer_norm_rms_epsilon")),
+            window=window,
+            swa_pattern=int(opt(f, "attention.sliding_window_pattern", 6)) if window > 0 else 0,
+            rope_base=float(opt(f, "rope.freq_base", 1e6)),
+            rope_base_swa=float(opt(f, "rope.freq_base_swa", 10000.0)),
+            rope_scale=1.0 / float(factor) if factor else 1.0,
+            # gemma3 27B scales by n_embd/n_head instead of head_dim (query_pre_attn_scalar)
+            attn_scale=1.0 / math.sqrt(n_embd / n_head if n_layer == 62 else head_dim),
+            final_softcap=float(opt(f, "final_logit_softcapping", 0.0)),
+        )
+
+    def is_swa(self, il: int) -> bool:
+        return self.swa_pattern > 0 and il % self.swa_pattern < self.swa_pattern - 1
+
+
+class Block:
+    def __init__(self, f: GGUFFile, c: Config, i: int):
+        p, q_dim, kv_dim = f"blk.{i}.", c.n_head * c.head_dim, c.n_head_kv * c.head_dim
+        self.attn_norm = vector(f, p + "attn_norm.weight", c.n_embd)
+        self.attn_q = linear(f, p + "attn_q.weight", q_dim, c.n_embd)
+        self.attn_k = linear(f, p + "attn_k.weight", kv_dim, c.n_embd)
+        self.attn_v = linear(f, p + "attn_v.weight", kv_dim, c.n_embd)
+        self.attn_q_norm = vector(f, p + "attn_q_norm.weight", c.head_dim)
+        self.attn_k_norm = vector(f, p + "attn_k_norm.weight", c.head_dim)
+        self.attn_output = linear(f, p + "attn_output.weight", c.n_embd, q_dim)
+        self.post_attention_norm = vector(f, p + "post_attention_norm.weight", c.n_embd)
+        self.ffn_norm = vector(f, p + "ffn_norm.weight", c.n_embd)
+        self.ffn_gate = linear(f, p + "ffn_gate.weight", c.n_ff, c.n_embd)
+        self.ffn_up = linear(f, p + "ffn_up.weight", c.n_ff, c.n_embd)
+        self.ffn_down = linear(f, p + "ffn_down.weight", c.n_embd, c.n_ff)
+        self.post_ffw_norm = vector(f, p + "post_ffw_norm.weight", c.n_embd)
+        self.swa = c.is_swa(i)
+        self.window = c.window if self.swa else 0
+        self.rope_base = c.rope_base_swa if self.swa else c.rope_base
+        self.rope_scale = 1.0 if self.swa else c.rope_scale
+
+
+class Model:
+    arch = "gemma3"
+
+    def __init__(self, f: GGUFFile, ops: Ops):
+        self.c = c = Config.from_gguf(f)
+        self.ops = ops
+        self.n_vocab, self.n_ctx_train = c.n_vocab, c.n_ctx_train
+        self.token_embd = linear(f, "token_embd.weight", c.n_vocab, c.n_embd)
+        self.embd_scale = np.float32(math.sqrt(c.n_embd))
+        self.blk = [Block(f, c, i) for i in range(c.n_layer)]
+        self.output_norm = vector(f, "output_norm.weight", c.n_embd)
+        tied = "output.weight" not in f.tensors
+        self.output: Linear = self.token_embd if tied else linear(f, "output.weight", c.n_vocab, c.n_embd)
+
+    def make_cache(self, n_ctx: int) -> KVCache:
+        c = self.c
+        return KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)] * c.n_layer)
+
+    def forward(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache, logits: str = "last") -> np.ndarray:
+        """tokens, positions: int32 (M,) -> logits float32 (M or 1, n_vocab); `logits="none"` skips the head."""
+        c, ops, m = self.c, self.ops, tokens.shape[0]
+        cache.check_room(int(positions[0]), m)
+        x = self.token_embd.rows(ops, tokens)
+        x *= self.embd_scale
+        for il, b in enumerate(self.blk):
+            h = rms_norm(ops, x, b.attn_norm, c.eps)
+            q = head_norm(ops, b.attn_q(ops, h).reshape(m, c.n_head, c.head_dim), b.attn_q_norm, c.eps)
+            k = head_norm(ops, b.attn_k(ops, h).reshape(m, c.n_head_kv, c.head_dim), b.attn_k_norm, c.eps)
+            v = b.attn_v(ops, h).reshape(m, c.n_head_kv, c.head_dim)
+            ops.k.rope(q, positions, c.head_dim, b.rope_base, True, None, b.rope_scale, ops.threads)
+            ops.k.rope(k, positions, c.head_dim, b.rope_base, True, None, b.rope_scale, ops.threads)
+            a = self_attention(ops, cache, il, q, k, v, positions, b.window, c.attn_scale)
+            x += rms_norm(ops, b.attn_output(ops, a), b.post_attention_norm, c.eps)
+            h = rms_norm(ops, x, b.ffn_norm, c.eps)
+            g = b.ffn_gate(ops, h)
+            ops.k.gelu_mul(g, b.ffn_up(ops, h), g)
+            x += rms_norm(ops, b.ffn_down(ops, g), b.post_ffw_norm, c.eps)
+        cache.advance(int(positions[-1]) + 1)
+        if logits == "none":
+            return x
+        if logits == "last":
+            x = np.ascontiguousarray(x[-1:])
+        out = self.output(ops, rms_norm(ops, x, self.output_norm, c.eps))
+        if c.final_softcap > 0:
+            out = np.tanh(out / c.final_softcap) * c.final_softcap
+        return out

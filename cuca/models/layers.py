@@ -1,0 +1,109 @@
+"""Shared blocks for the architecture files: bound weights and thin calls into the kernels.
+
+Every call here goes through batch-invariant kernels (never BLAS), so a row's result does not depend on how many
+rows travel with it: that is what makes speculative verification equal plain decoding bit for bit.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import numpy as np
+
+from .. import kernels
+from ..errors import ProviderError
+from ..gguf import GGUFFile, TensorInfo
+from ..quants import SUPPORTED_TYPES, row_bytes
+from .cache import KVCache
+
+
+class Ops:
+    """The kernel implementation and thread count a model runs with."""
+
+    def __init__(self, threads: int = 0, impl: ModuleType | None = None):
+        self.k: ModuleType = impl if impl is not None else kernels.impl
+        self.threads = threads
+
+
+class Linear:
+    """A GGUF weight (n_out, n_in) in any supported block format, applied as x @ W.T."""
+
+    __slots__ = ("name", "w", "wtype", "n_out", "n_in")
+
+    def __init__(self, t: TensorInfo, path: object = ""):
+        if t.ggml_type not in SUPPORTED_TYPES or len(t.shape) != 2:
+            raise ProviderError(f"{path}: tensor {t.name!r} has unsupported type {t.type_name} or shape {t.shape}")
+        self.name = t.name
+        self.w = t.data
+        self.wtype = t.ggml_type
+        self.n_out, self.n_in = t.shape
+        assert self.w.nbytes == self.n_out * row_bytes(self.wtype, self.n_in)
+
+    def __call__(self, ops: Ops, x: np.ndarray) -> np.ndarray:
+        out = np.empty((x.shape[0], self.n_out), np.float32)
+        ops.k.matmul(self.w, self.wtype, self.n_out, self.n_in, x, out, ops.threads)
+        return out
+
+    def rows(self, ops: Ops, ids: np.ndarray) -> np.ndarray:
+        """Embedding lookup: dequantized rows `ids` (M,) -> (M, n_in)."""
+        out = np.empty((ids.shape[0], self.n_in), np.float32)
+        ops.k.get_rows(self.w, self.wtype, self.n_out, self.n_in, ids, out)
+        return out
+
+
+def linear(f: GGUFFile, name: str, n_out: int, n_in: int) -> Linear:
+    return Linear(f.tensor(name, (n_out, n_in)), f.path)
+
+
+def vector(f: GGUFFile, name: str, n: int) -> np.ndarray:
+    """A 1-D float weight (norms), as contiguous float32."""
+    t = f.tensor(name, (n,))
+    return np.ascontiguousarray(np.asarray(t.data, dtype=np.float32))
+
+
+def rms_norm(ops: Ops, x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
+    out = np.empty_like(x)
+    ops.k.rms_norm(x, w, eps, out, ops.threads)
+    return out
+
+
+def head_norm(ops: Ops, x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """RMS norm over each head of x (M, n_head, hd)."""
+    m, h, d = x.shape
+    out = np.empty_like(x)
+    ops.k.rms_norm(x.reshape(m * h, d), w, eps, out.reshape(m * h, d), ops.threads)
+    return out
+
+
+def self_attention(
+    ops: Ops,
+    cache: KVCache,
+    layer: int,
+    q: np.ndarray,
+    k: np.ndarray | None,
+    v: np.ndarray | None,
+    positions: np.ndarray,
+    window: int,
+    scale: float,
+    softcap: float = 0.0,
+) -> np.ndarray:
+    """Store k/v (M, n_kv_head, hd) at `positions` (contiguous) in `layer`, attend q (M, n_head, hd) -> (M, n_head*hd_v).
+
+    k/v None reads a cache layer another layer wrote (KV sharing).
+    """
+    m = q.shape[0]
+    pos0 = int(positions[0])
+    if k is not None and v is not None:
+        cache.store(layer, pos0, k, v)
+    kc, vc = cache.k[layer], cache.v[layer]
+    out = np.empty((m, q.shape[1], vc.shape[2]), np.float32)
+    n_kv = pos0 + m
+    ops.k.attention(q, kc, vc, positions, n_kv, window, scale, softcap, out, ops.threads)
+    return out.reshape(m, -1)
+
+
+def as_positions(positions: np.ndarray | list[int] | range) -> np.ndarray:
+    pos = np.ascontiguousarray(positions, dtype=np.int32)
+    if pos.ndim != 1 or (pos.size > 1 and np.any(np.diff(pos) != 1)):
+        raise ValueError("positions must be one contiguous ascending run")
+    return pos

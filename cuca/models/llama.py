@@ -1,0 +1,110 @@
+"""`llama`: pre-norm decoder with grouped-query attention, RoPE (adjacent pairs) and a SwiGLU MLP.
+
+ref: llama.cpp src/models/llama.cpp (graph); the GGUF converter already permuted attn_q/attn_k for NORM rope.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..gguf import GGUFFile
+from . import opt, req
+from .cache import KVCache
+from .layers import Linear, Ops, linear, rms_norm, self_attention, vector
+
+
+@dataclass(frozen=True)
+class Config:
+    n_vocab: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    n_rot: int
+    n_ctx_train: int
+    rope_base: float
+    rope_scale: float
+    eps: float
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> Config:
+        n_embd, n_head = int(req(f, "embedding_length")), int(req(f, "attention.head_count"))
+        head_dim = int(opt(f, "attention.key_length", n_embd // n_head))
+        factor = opt(f, "rope.scaling.factor", None)
+        return cls(
+            n_vocab=int(f.tensor("token_embd.weight").shape[0]),
+            n_embd=n_embd,
+            n_layer=int(req(f, "block_count")),
+            n_head=n_head,
+            n_head_kv=int(opt(f, "attention.head_count_kv", n_head)),
+            head_dim=head_dim,
+            n_ff=int(req(f, "feed_forward_length")),
+            n_rot=int(opt(f, "rope.dimension_count", head_dim)),
+            n_ctx_train=int(req(f, "context_length")),
+            rope_base=float(opt(f, "rope.freq_base", 10000.0)),
+            rope_scale=1.0 / float(factor) if factor else 1.0,
+            eps=float(req(f, "attention.layer_norm_rms_epsilon")),
+        )
+
+
+class Block:
+    def __init__(self, f: GGUFFile, c: Config, i: int):
+        p, q_dim, kv_dim = f"blk.{i}.", c.n_head * c.head_dim, c.n_head_kv * c.head_dim
+        self.attn_norm = vector(f, p + "attn_norm.weight", c.n_embd)
+        self.attn_q = linear(f, p + "attn_q.weight", q_dim, c.n_embd)
+        self.attn_k = linear(f, p + "attn_k.weight", kv_dim, c.n_embd)
+        self.attn_v = linear(f, p + "attn_v.weight", kv_dim, c.n_embd)
+        self.attn_output = linear(f, p + "attn_output.weight", c.n_embd, q_dim)
+        self.ffn_norm = vector(f, p + "ffn_norm.weight", c.n_embd)
+        self.ffn_gate = linear(f, p + "ffn_gate.weight", c.n_ff, c.n_embd)
+        self.ffn_up = linear(f, p + "ffn_up.weight", c.n_ff, c.n_embd)
+        self.ffn_down = linear(f, p + "ffn_down.weight", c.n_embd, c.n_ff)
+
+
+class Model:
+    arch = "llama"
+
+    def __init__(self, f: GGUFFile, ops: Ops):
+        self.c = c = Config.from_gguf(f)
+        self.ops = ops
+        self.n_vocab, self.n_ctx_train = c.n_vocab, c.n_ctx_train
+        self.token_embd = linear(f, "token_embd.weight", c.n_vocab, c.n_embd)
+        self.blk = [Block(f, c, i) for i in range(c.n_layer)]
+        self.output_norm = vector(f, "output_norm.weight", c.n_embd)
+        tied = "output.weight" not in f.tensors
+        self.output: Linear = self.token_embd if tied else linear(f, "output.weight", c.n_vocab, c.n_embd)
+
+    def make_cache(self, n_ctx: int) -> KVCache:
+        c = self.c
+        return KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)] * c.n_layer)
+
+    def forward(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache, logits: str = "last") -> np.ndarray:
+        """tokens, positions: int32 (M,) -> logits float32 (M or 1, n_vocab); `logits="none"` skips the head."""
+        c, ops, m = self.c, self.ops, tokens.shape[0]
+        cache.check_room(int(positions[0]), m)
+        scale = 1.0 / math.sqrt(c.head_dim)
+        x = self.token_embd.rows(ops, tokens)
+        for il, b in enumerate(self.blk):
+            h = rms_norm(ops, x, b.attn_norm, c.eps)
+            q = b.attn_q(ops, h).reshape(m, c.n_head, c.head_dim)
+            k = b.attn_k(ops, h).reshape(m, c.n_head_kv, c.head_dim)
+            v = b.attn_v(ops, h).reshape(m, c.n_head_kv, c.head_dim)
+            ops.k.rope(q, positions, c.n_rot, c.rope_base, False, None, c.rope_scale, ops.threads)
+            ops.k.rope(k, positions, c.n_rot, c.rope_base, False, None, c.rope_scale, ops.threads)
+            a = self_attention(ops, cache, il, q, k, v, positions, 0, scale)
+            x += b.attn_output(ops, a)
+            h = rms_norm(ops, x, b.ffn_norm, c.eps)
+            g = b.ffn_gate(ops, h)
+            ops.k.silu_mul(g, b.ffn_up(ops, h), g)
+            x += b.ffn_down(ops, g)
+        cache.advance(int(positions[-1]) + 1)
+        if logits == "none":
+            return x
+        if logits == "last":
+            x = np.ascontiguousarray(x[-1:])
+        return self.output(ops, rms_norm(ops, x, self.output_norm, c.eps))
