@@ -76,8 +76,11 @@ class LocalModel:
         return list(prompt) if not isinstance(prompt, str) else self.tokenizer.encode(prompt)
 
     def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-        return self.tokenizer.encode(text, add_bos=False if self.tokenizer.template_has_bos(text) else None)
+        tok = self.tokenizer
+        text = tok.apply_chat_template(messages, add_generation_prompt=True)
+        # templates that write the BOS text themselves must not get a second BOS
+        has_bos = tok.bos_id is not None and text.startswith(tok.id_to_token(tok.bos_id))
+        return tok.encode(text, add_bos=False if has_bos else None)
 
     def stream_ids_sync(
         self,
@@ -93,7 +96,7 @@ class LocalModel:
         """Stream text pieces for a tokenized prompt; `gen` receives ids, finish reason and timings."""
         params = SamplingParams(temperature, top_k, top_p, seed)
         gen = gen if gen is not None else Generation()
-        dec = self.tokenizer.stream_decoder()
+        dec = self.tokenizer.stream(skip_special=True)
         pending = ""  # text held back while it could still be the start of a stop string
         hold = max((len(s) for s in stop), default=0)
         with self._lock:

@@ -1,0 +1,278 @@
+"""Numpy twins of the attention and small-op kernels: same names, signatures and argument checks as the C
+functions in `_ckernels`, computed straightforwardly in float64 (results stored as float32). They are the
+reference the C kernels are tested against, and the fallback when the extension is not built."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["attention", "rms_norm", "add_rms_norm", "rope", "silu_mul", "gelu_mul"]
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def _array(fn: str, name: str, a: Any, kind: str, ndims: tuple[int, ...]) -> np.ndarray:
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{fn}(): {name} must be a numpy.ndarray, got {type(a).__name__}")
+    want = np.float32 if kind == "f" else np.int32
+    if a.dtype != np.dtype(want) or not a.dtype.isnative:
+        raise TypeError(f"{fn}(): {name} must have dtype {np.dtype(want).name}, got {a.dtype}")
+    if a.ndim not in ndims:
+        if len(ndims) == 1:
+            raise ValueError(f"{fn}(): {name} must be {ndims[0]}-dimensional, got shape {a.shape}")
+        raise ValueError(
+            f"{fn}(): {name} must have {ndims[0]} to {ndims[-1]} dimensions, got shape {a.shape}"
+        )
+    if not a.flags.aligned:
+        raise ValueError(f"{fn}(): {name} must be aligned")
+    if any(s % 4 for s in a.strides):
+        raise ValueError(f"{fn}(): {name} has strides that are not whole elements")
+    if a.ndim and a.shape[-1] > 1 and a.strides[-1] != 4:
+        raise ValueError(f"{fn}(): {name} must be contiguous in its last dimension")
+    return a
+
+
+def _shape(fn: str, name: str, a: np.ndarray, shape: tuple[int, ...]) -> None:
+    if a.shape != tuple(shape):
+        raise ValueError(f"{fn}(): {name} must have shape {tuple(shape)}, got {a.shape}")
+
+
+def _writeable(fn: str, name: str, a: np.ndarray) -> None:
+    if not a.flags.writeable:
+        raise ValueError(f"{fn}(): {name} must be writeable")
+
+
+def _identical(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.__array_interface__["data"][0] != b.__array_interface__["data"][0] or a.shape != b.shape:
+        return False
+    return all(n <= 1 or sa == sb for n, sa, sb in zip(a.shape, a.strides, b.strides, strict=True))
+
+
+def _alias_ok(fn: str, an: str, a: np.ndarray, bn: str, b: np.ndarray) -> None:
+    if not _identical(a, b) and np.may_share_memory(a, b):
+        raise ValueError(f"{fn}(): {an} and {bn} overlap (they must be the same array or disjoint)")
+
+
+def _disjoint(fn: str, an: str, a: np.ndarray, bn: str, b: np.ndarray) -> None:
+    if np.may_share_memory(a, b):
+        raise ValueError(f"{fn}(): {an} must not overlap {bn}")
+
+
+def _int(fn: str, name: str, v: Any, lo: int, hi: int) -> int:
+    if isinstance(v, (bool, np.bool_)) or not hasattr(v, "__index__"):
+        raise TypeError(f"{fn}(): {name} must be an integer, got {type(v).__name__}")
+    i = v.__index__()
+    if not lo <= i <= hi:
+        raise ValueError(f"{fn}(): {name} must be in [{lo}, {hi}], got {i}")
+    return i
+
+
+def _float(fn: str, name: str, v: Any) -> float:
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{fn}(): {name} must be a number, got {type(v).__name__}")
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}(): {name} must be a number, got {type(v).__name__}") from None
+    if math.isnan(f):
+        raise ValueError(f"{fn}(): {name} must not be NaN")
+    return f
+
+
+def _nthreads(fn: str, v: Any) -> int:
+    return _int(fn, "n_threads", v, 0, 1 << 16)
+
+
+_INT_MAX = 2**31 - 1
+
+
+# ---------------------------------------------------------------------------------------------- attention
+def attention(q, k_cache, v_cache, q_pos, n_kv, window, scale, softcap, out, n_threads=0) -> None:
+    """Causal (sliding-window when window > 0) grouped-query attention of q over the first n_kv cache
+    positions, written to out. See the C kernel for the exact contract."""
+    fn = "attention"
+    q = _array(fn, "q", q, "f", (3,))
+    k_cache = _array(fn, "k_cache", k_cache, "f", (3,))
+    v_cache = _array(fn, "v_cache", v_cache, "f", (3,))
+    q_pos = _array(fn, "q_pos", q_pos, "i", (1,))
+    out = _array(fn, "out", out, "f", (3,))
+    n_kv = _int(fn, "n_kv", n_kv, 0, _INT_MAX)
+    window = _int(fn, "window", window, 0, _INT_MAX)
+    scale = _float(fn, "scale", scale)
+    softcap = _float(fn, "softcap", softcap)
+    _nthreads(fn, n_threads)
+    M, H, D = q.shape
+    Hkv, n_ctx, _ = k_cache.shape
+    Dv = v_cache.shape[2]
+    if H < 1 or D < 1 or Dv < 1 or Hkv < 1:
+        raise ValueError(f"{fn}(): empty head or head-dimension axis in q, k_cache or v_cache")
+    if H % Hkv:
+        raise ValueError(f"{fn}(): q has {H} heads, not a multiple of the {Hkv} kv heads of k_cache")
+    _shape(fn, "k_cache", k_cache, (Hkv, n_ctx, D))
+    _shape(fn, "v_cache", v_cache, (Hkv, n_ctx, Dv))
+    _shape(fn, "q_pos", q_pos, (M,))
+    _shape(fn, "out", out, (M, H, Dv))
+    if n_ctx > 1 and (k_cache.strides[1] != 4 * D or v_cache.strides[1] != 4 * Dv):
+        raise ValueError(f"{fn}(): the positions of each head of k_cache and v_cache must be contiguous")
+    if n_kv > n_ctx:
+        raise ValueError(f"{fn}(): n_kv={n_kv} exceeds the cache length {n_ctx}")
+    _writeable(fn, "out", out)
+    for name, a in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("q_pos", q_pos)):
+        _disjoint(fn, "out", out, name, a)
+
+    G = H // Hkv
+    for i in range(M):
+        p = int(q_pos[i])
+        hi = min(p + 1, n_kv)
+        lo = max(0, p - window + 1) if window > 0 else 0
+        if hi <= lo:
+            out[i] = 0.0
+            continue
+        kk = k_cache[:, lo:hi].astype(np.float64)  # (Hkv, L, D)
+        vv = v_cache[:, lo:hi].astype(np.float64)
+        qi = q[i].astype(np.float64).reshape(Hkv, G, D)
+        s = np.einsum("kgd,kld->kgl", qi, kk) * scale
+        if softcap > 0:
+            s = softcap * np.tanh(s / softcap)
+        s -= s.max(axis=-1, keepdims=True)
+        pr = np.exp(s)
+        pr /= pr.sum(axis=-1, keepdims=True)
+        out[i] = np.einsum("kgl,kld->kgd", pr, vv).reshape(H, Dv)
+
+
+# ---------------------------------------------------------------------------------------------- norms
+def _norm_weight(fn: str, w: Any, n: int) -> np.ndarray | None:
+    if w is None:
+        return None
+    w = _array(fn, "w", w, "f", (1,))
+    _shape(fn, "w", w, (n,))
+    return w
+
+
+def _rms(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    y = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
+    if w is not None:
+        y = y * w.astype(np.float64)
+    return y
+
+
+def rms_norm(x, w, eps, out, n_threads=0) -> None:
+    """out = x / sqrt(mean(x^2, last axis) + eps) * w (w may be None); out may be x itself."""
+    fn = "rms_norm"
+    x = _array(fn, "x", x, "f", (1, 2, 3))
+    out = _array(fn, "out", out, "f", (1, 2, 3))
+    eps = _float(fn, "eps", eps)
+    _nthreads(fn, n_threads)
+    _shape(fn, "out", out, x.shape)
+    _writeable(fn, "out", out)
+    _alias_ok(fn, "out", out, "x", x)
+    if x.shape[-1] < 1:
+        raise ValueError(f"{fn}(): x must have a non-empty last dimension")
+    w = _norm_weight(fn, w, x.shape[-1])
+    out[...] = _rms(x, w, eps)
+
+
+def add_rms_norm(x, y, w, eps, out, n_threads=0) -> None:
+    """x += y in place, then out = rms_norm(x, w, eps)."""
+    fn = "add_rms_norm"
+    x = _array(fn, "x", x, "f", (1, 2, 3))
+    y = _array(fn, "y", y, "f", (1, 2, 3))
+    out = _array(fn, "out", out, "f", (1, 2, 3))
+    eps = _float(fn, "eps", eps)
+    _nthreads(fn, n_threads)
+    _shape(fn, "y", y, x.shape)
+    _shape(fn, "out", out, x.shape)
+    _writeable(fn, "x", x)
+    _writeable(fn, "out", out)
+    _alias_ok(fn, "out", out, "x", x)
+    _alias_ok(fn, "y", y, "x", x)
+    _alias_ok(fn, "out", out, "y", y)
+    if x.shape[-1] < 1:
+        raise ValueError(f"{fn}(): x must have a non-empty last dimension")
+    w = _norm_weight(fn, w, x.shape[-1])
+    x += y
+    out[...] = _rms(x, w, eps)
+
+
+# ---------------------------------------------------------------------------------------------- rope
+def rope(x, pos, n_rot, freq_base, neox, freq_factors, freq_scale, n_threads=0) -> None:
+    """In-place rotary embedding of the first n_rot dims of each head of x (M, n_head, hd) at positions pos.
+    neox=False rotates pairs (2i, 2i+1), neox=True pairs (i, i + n_rot/2); pair i turns by
+    pos * freq_scale * freq_base^(-2i/n_rot) / freq_factors[i], that angle built in float32 like ggml."""
+    fn = "rope"
+    x = _array(fn, "x", x, "f", (3,))
+    pos = _array(fn, "pos", pos, "i", (1,))
+    M, _, hd = x.shape
+    n_rot = _int(fn, "n_rot", n_rot, 0, hd)
+    freq_base = _float(fn, "freq_base", freq_base)
+    freq_scale = _float(fn, "freq_scale", freq_scale)
+    _nthreads(fn, n_threads)
+    if n_rot % 2:
+        raise ValueError(f"{fn}(): n_rot must be even, got {n_rot}")
+    if not (freq_base > 0 and math.isfinite(freq_base)):
+        raise ValueError(f"{fn}(): freq_base must be a positive finite number")
+    neox = bool(neox)
+    _shape(fn, "pos", pos, (M,))
+    _writeable(fn, "x", x)
+    half = n_rot // 2
+    if freq_factors is not None:
+        freq_factors = _array(fn, "freq_factors", freq_factors, "f", (1,))
+        _shape(fn, "freq_factors", freq_factors, (half,))
+    if half == 0 or M == 0:
+        return
+    # angles in float32 the way ggml builds them (theta *= base^(-2/n_rot) pair after pair), so the twin stays
+    # as close to llama.cpp as the C kernel; cos/sin and the rotation itself in float64
+    f32 = np.float32
+    theta_scale = f32(np.float64(f32(freq_base)) ** np.float64(f32(-2.0) / f32(n_rot)))
+    th = pos.astype(np.float32)
+    theta = np.empty((M, half), dtype=np.float64)
+    for i in range(half):
+        t = th / freq_factors[i] if freq_factors is not None else th
+        theta[:, i] = f32(freq_scale) * t
+        th = th * theta_scale
+    c = np.cos(theta)[:, None, :]
+    s = np.sin(theta)[:, None, :]
+    if neox:
+        x0 = x[:, :, :half].astype(np.float64)
+        x1 = x[:, :, half:n_rot].astype(np.float64)
+        x[:, :, :half] = x0 * c - x1 * s
+        x[:, :, half:n_rot] = x0 * s + x1 * c
+    else:
+        x0 = x[:, :, 0:n_rot:2].astype(np.float64)
+        x1 = x[:, :, 1:n_rot:2].astype(np.float64)
+        x[:, :, 0:n_rot:2] = x0 * c - x1 * s
+        x[:, :, 1:n_rot:2] = x0 * s + x1 * c
+
+
+# ---------------------------------------------------------------------------------------------- gating
+def _act_args(fn: str, g, u, out, n_threads) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    g = _array(fn, "g", g, "f", (1, 2, 3))
+    u = _array(fn, "u", u, "f", (1, 2, 3))
+    out = _array(fn, "out", out, "f", (1, 2, 3))
+    _nthreads(fn, n_threads)
+    _shape(fn, "u", u, g.shape)
+    _shape(fn, "out", out, g.shape)
+    _writeable(fn, "out", out)
+    _alias_ok(fn, "out", out, "g", g)
+    _alias_ok(fn, "out", out, "u", u)
+    return g, u, out
+
+
+def silu_mul(g, u, out, n_threads=0) -> None:
+    """out = g * sigmoid(g) * u (out may be g or u)."""
+    g, u, out = _act_args("silu_mul", g, u, out, n_threads)
+    g64 = g.astype(np.float64)
+    with np.errstate(over="ignore"):
+        out[...] = g64 / (1.0 + np.exp(-g64)) * u.astype(np.float64)
+
+
+def gelu_mul(g, u, out, n_threads=0) -> None:
+    """out = gelu_tanh(g) * u, gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    g, u, out = _act_args("gelu_mul", g, u, out, n_threads)
+    g64 = g.astype(np.float64)
+    out[...] = 0.5 * g64 * (1.0 + np.tanh(_GELU_C * (g64 + 0.044715 * g64**3))) * u.astype(np.float64)

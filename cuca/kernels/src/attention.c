@@ -1,0 +1,480 @@
+/* Causal / sliding-window grouped-query attention over a float32 KV cache.
+ *
+ * How one (row, head) is computed, independently of everything else in the call:
+ *   keys are cut into blocks of ATT_B absolute positions and blocks into superblocks of ATT_NB blocks;
+ *   block partial:      scores s_j = scale * q.k_j (optionally soft-capped) for the visible keys of the block,
+ *                       m_b = max s_j, p_j = exp(s_j - m_b), l_b = sum p_j, acc_b = sum_j p_j v_j (key order);
+ *   superblock partial: (m_s, l_s, O_s) = the block partials merged in key order, starting from (-inf, 0, 0);
+ *   result:             the superblock partials merged in key order, then O / l.
+ * A merge of (m, l, O) with (m', l', O') is m'' = max(m, m'), a = exp(m - m''), b = exp(m' - m''),
+ * l = l*a + l'*b, O = O*a + O'*b. Blocks or superblocks holding no visible key of the row are skipped.
+ * Every dot product uses the same lane layout and reduction tree, so the sequence of float operations is
+ * fixed by the row's position, n_kv and window alone: rows are bit-identical whatever the batch or threads.
+ *
+ * Work is split over (kv head, tile of rows, subset of the group's query heads); the rows and heads of one
+ * item share every K/V load. When that gives fewer items than threads (decode), items are also split by
+ * superblock: each writes its superblock partials to scratch and a second pass merges them in order, which
+ * runs the very same merges as the single-pass path. */
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuca.h"
+#include "ops.h"
+#include "vmath.h"
+
+#define ATT_B 128               /* keys per block */
+#define ATT_NB 4                /* blocks per superblock */
+#define ATT_S (ATT_B * ATT_NB)  /* keys per superblock */
+#define ATT_RMAX 64             /* (row, head) pairs per work item */
+#define ATT_RC 4                /* (row, head) pairs sharing one pass over V */
+#define ATT_TK 4                /* keys per dot-product tile */
+#define ATT_TQ (VL / ATT_TK)    /* queries per dot-product tile */
+#if VL == 16
+#define ATT_DS 4                /* vectors of V per pass */
+#else
+#define ATT_DS 2
+#endif
+
+typedef struct {
+    const float *q;
+    ptrdiff_t q_s0, q_s1;
+    const float *k;
+    ptrdiff_t k_s0;
+    const float *v;
+    ptrdiff_t v_s0;
+    const int32_t *pos;
+    int M, H, Hkv, G, D, Dv, n_kv, window;
+    float scale, softcap;
+    float *out;
+    ptrdiff_t o_s0, o_s1;
+} att_args;
+
+typedef struct {
+    float *sc;   /* ATT_RMAX x ATT_B scores, then probabilities */
+    float *zero; /* D zeros: stands in for keys outside the computed range */
+    const float *qp[ATT_RMAX];
+    int lo[ATT_RMAX], hi[ATT_RMAX]; /* visible keys [lo, hi) of each (row, head) */
+} att_ws;
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
+
+/* visible keys [lo, hi) of row i; empty when hi <= lo */
+static inline void att_range(const att_args *A, int i, int *lo, int *hi) {
+    int64_t p = A->pos[i];
+    int64_t h = p + 1 < A->n_kv ? p + 1 : A->n_kv;
+    int64_t l = 0;
+    if (A->window > 0) {
+        l = p - A->window + 1;
+        if (l < 0) l = 0;
+    }
+    if (h < l) h = l;
+    *lo = (int)l;
+    *hi = (int)h;
+}
+
+static inline int att_active(int lo, int hi, int s0, int s1) { return imax(lo, s0) < imin(hi, s1); }
+
+/* VL dot products at once: lane a*ATT_TK + t = q_a . k_t (a < ATT_TQ, t < ATT_TK). Each is a chain of lane-wise
+ * fused multiply-adds over D in order, then the one fixed reduction tree of v_reduce_t: the float operations of
+ * a given (q, k) pair are the same whatever the other pairs of the tile are. */
+CUCA_INLINE vf att_dot_tile(const float *const *qp, const float *const *kp, int D) {
+    vf acc[VL];
+#pragma GCC unroll 16
+    for (int j = 0; j < VL; ++j) acc[j] = v_zero();
+    int c = 0;
+    for (; c + VL <= D; c += VL) {
+        vf qv[ATT_TQ];
+#pragma GCC unroll 4
+        for (int a = 0; a < ATT_TQ; ++a) qv[a] = v_load(qp[a] + c);
+#pragma GCC unroll 4
+        for (int t = 0; t < ATT_TK; ++t) {
+            vf kv = v_load(kp[t] + c);
+#pragma GCC unroll 4
+            for (int a = 0; a < ATT_TQ; ++a) acc[a * ATT_TK + t] = v_fma(qv[a], kv, acc[a * ATT_TK + t]);
+        }
+    }
+    if (c < D) {
+        const int n = D - c;
+        vf qv[ATT_TQ];
+        for (int a = 0; a < ATT_TQ; ++a) qv[a] = v_load_n(qp[a] + c, n);
+        for (int t = 0; t < ATT_TK; ++t) {
+            vf kv = v_load_n(kp[t] + c, n);
+            for (int a = 0; a < ATT_TQ; ++a) acc[a * ATT_TK + t] = v_fma(qv[a], kv, acc[a * ATT_TK + t]);
+        }
+    }
+    return v_reduce_t(acc);
+}
+
+/* acc_r = sum_j p_r[j] v_j over j in [j0, j1) for nr rows and nv vectors of V starting at column d0 (the last
+ * one holding `tail` floats when tail > 0); then os_r = os_r*fa_r + acc_r*fb_r */
+CUCA_INLINE void att_vpass(const int nr, const int nv, const int tail, const float *const *p, const float *vb,
+                           int Dv, int d0, int j0, int j1, float *const *os, const float *fa, const float *fb) {
+    vf acc[ATT_RC][ATT_DS];
+    for (int r = 0; r < nr; ++r)
+        for (int t = 0; t < nv; ++t) acc[r][t] = v_zero();
+    for (int j = j0; j < j1; ++j) {
+        const float *vj = vb + (ptrdiff_t)j * Dv + d0;
+        vf vv[ATT_DS];
+        for (int t = 0; t < nv; ++t) vv[t] = (tail && t == nv - 1) ? v_load_n(vj + t * VL, tail) : v_load(vj + t * VL);
+        for (int r = 0; r < nr; ++r) {
+            vf pr = v_set1(p[r][j]);
+            for (int t = 0; t < nv; ++t) acc[r][t] = v_fma(pr, vv[t], acc[r][t]);
+        }
+    }
+    for (int r = 0; r < nr; ++r) {
+        vf a = v_set1(fa[r]), b = v_set1(fb[r]);
+        for (int t = 0; t < nv; ++t) {
+            float *dst = os[r] + d0 + t * VL;
+            if (tail && t == nv - 1) {
+                v_store_n(dst, v_fma(acc[r][t], b, v_mul(v_load_n(dst, tail), a)), tail);
+            } else {
+                v_store(dst, v_fma(acc[r][t], b, v_mul(v_load(dst), a)));
+            }
+        }
+    }
+}
+
+/* one V block for nra pairs in chunks of ATT_RC; column slices outer so each slice of V is reused from L1 */
+static void att_vblock(int nra, const float *const *p, const float *vb, int Dv, const int *j0s, const int *j1s,
+                       float *const *os, const float *fa, const float *fb) {
+#define ATT_VCHUNKS(NV, TAIL)                                                                    \
+    for (int t0 = 0; t0 < nra; t0 += ATT_RC) {                                                   \
+        const int nr = imin(ATT_RC, nra - t0), c = t0 / ATT_RC;                                  \
+        const float *const *pc = p + t0;                                                         \
+        float *const *oc = os + t0;                                                              \
+        switch (nr) {                                                                            \
+        case 1: att_vpass(1, NV, TAIL, pc, vb, Dv, d0, j0s[c], j1s[c], oc, fa + t0, fb + t0); break; \
+        case 2: att_vpass(2, NV, TAIL, pc, vb, Dv, d0, j0s[c], j1s[c], oc, fa + t0, fb + t0); break; \
+        case 3: att_vpass(3, NV, TAIL, pc, vb, Dv, d0, j0s[c], j1s[c], oc, fa + t0, fb + t0); break; \
+        default: att_vpass(4, NV, TAIL, pc, vb, Dv, d0, j0s[c], j1s[c], oc, fa + t0, fb + t0); break; \
+        }                                                                                        \
+    }
+    int d0 = 0;
+    for (; d0 + ATT_DS * VL <= Dv; d0 += ATT_DS * VL) ATT_VCHUNKS(ATT_DS, 0)
+    for (; d0 + VL <= Dv; d0 += VL) ATT_VCHUNKS(1, 0)
+    if (d0 < Dv) {
+        const int tail = Dv - d0;
+        ATT_VCHUNKS(1, tail)
+    }
+#undef ATT_VCHUNKS
+}
+
+/* Superblock partials of the R (row, head) pairs set up in W (all reading kv head g). For each pair with a
+ * visible key in superblock sb: ms/ls/os[r] get (m_s, l_s, O_s); other pairs are left untouched. */
+static void att_superblock(const att_args *A, att_ws *W, int g, int R, int sb, float *const *os, float *ms,
+                           float *ls) {
+    const int D = A->D, Dv = A->Dv;
+    const float *kh = A->k + g * A->k_s0, *vh = A->v + g * A->v_s0;
+    const int s0 = sb * ATT_S, s1 = s0 + ATT_S;
+    const vf scale = v_set1(A->scale), cap = v_set1(A->softcap);
+    const int softcap = A->softcap > 0.0f;
+
+    for (int r = 0; r < R; ++r) {
+        if (!att_active(W->lo[r], W->hi[r], s0, s1)) continue;
+        ms[r] = -INFINITY;
+        ls[r] = 0.0f;
+        memset(os[r], 0, sizeof(float) * (size_t)Dv);
+    }
+    for (int bs = s0; bs < s1 && bs < A->n_kv; bs += ATT_B) {
+        const int be = bs + ATT_B;
+        int ra[ATT_RMAX], nra = 0, klo = INT_MAX, khi = INT_MIN;
+        int blo[ATT_RMAX], bhi[ATT_RMAX];
+        for (int r = 0; r < R; ++r) {
+            int lo = imax(W->lo[r], bs), hi = imin(W->hi[r], be);
+            if (lo >= hi) continue;
+            ra[nra++] = r;
+            blo[r] = lo;
+            bhi[r] = hi;
+            klo = imin(klo, lo);
+            khi = imax(khi, hi);
+        }
+        if (nra == 0) continue;
+
+        /* raw dot products, ATT_TK keys x ATT_TQ pairs at a time; the ATT_TK keys stay in L1 across the pairs.
+         * Keys outside [klo, khi) read a zero row; pairs past nra repeat the last one (results dropped). */
+        for (int kq = bs + (klo - bs) / ATT_TK * ATT_TK; kq < khi; kq += ATT_TK) {
+            const float *kp[ATT_TK];
+            for (int t = 0; t < ATT_TK; ++t) {
+                const int key = kq + t;
+                kp[t] = (key >= klo && key < khi) ? kh + (ptrdiff_t)key * D : W->zero;
+            }
+            for (int t0 = 0; t0 < nra; t0 += ATT_TQ) {
+                const float *qp[ATT_TQ];
+                int need = 0;
+                for (int a = 0; a < ATT_TQ; ++a) {
+                    const int r = ra[imin(t0 + a, nra - 1)];
+                    qp[a] = W->qp[r];
+                    need |= blo[r] < kq + ATT_TK && bhi[r] > kq;
+                }
+                if (!need) continue;
+                float res[VL];
+                v_store(res, att_dot_tile(qp, kp, D));
+                for (int a = 0; a < ATT_TQ && t0 + a < nra; ++a) {
+                    float *dst = W->sc + ra[t0 + a] * ATT_B + (kq - bs);
+                    for (int t = 0; t < ATT_TK; ++t) dst[t] = res[a * ATT_TK + t];
+                }
+            }
+        }
+
+        /* block softmax partial, and the factors merging it into the superblock partial */
+        float fa[ATT_RMAX], fb[ATT_RMAX];
+        for (int t = 0; t < nra; ++t) {
+            const int r = ra[t];
+            float *p = W->sc + r * ATT_B;
+            const int a0 = blo[r] - bs, a1 = bhi[r] - bs;
+            const int x0 = a0 / VL * VL, x1 = (a1 + VL - 1) / VL * VL;
+            for (int x = x0; x < x1; x += VL) {
+                vf sv = v_mul(v_load(p + x), scale);
+                if (softcap) sv = v_mul(cap, v_tanh(v_div(sv, cap)));
+                v_store(p + x, sv);
+            }
+            for (int x = x0; x < a0; ++x) p[x] = -INFINITY;
+            for (int x = a1; x < x1; ++x) p[x] = -INFINITY;
+            vf mx = v_set1(-INFINITY);
+            for (int x = x0; x < x1; x += VL) mx = v_max(mx, v_load(p + x));
+            const float m = v_hmax(mx);
+            const vf mv = v_set1(m);
+            vf sum = v_zero();
+            for (int x = x0; x < x1; x += VL) {
+                vf e = v_exp(v_sub(v_load(p + x), mv));
+                v_store(p + x, e);
+                sum = v_add(sum, e);
+            }
+            const float lb = v_hsum(sum);
+            /* probabilities of this row are exactly 0 on the rest of the block range other rows read */
+            for (int x = klo - bs; x < x0; ++x) p[x] = 0.0f;
+            for (int x = x1; x < khi - bs; ++x) p[x] = 0.0f;
+            const float mn = fmaxf(ms[r], m);
+            fa[r] = s_exp(ms[r] - mn);
+            fb[r] = s_exp(m - mn);
+            ls[r] = ls[r] * fa[r] + lb * fb[r];
+            ms[r] = mn;
+        }
+
+        /* acc_b = sum p_j v_j, merged into O_s; V rows are shared by ATT_RC pairs per pass */
+        const float *pp[ATT_RMAX];
+        float *op[ATT_RMAX];
+        float ca[ATT_RMAX], cb[ATT_RMAX];
+        int j0s[ATT_RMAX / ATT_RC + 1], j1s[ATT_RMAX / ATT_RC + 1];
+        for (int t = 0; t < nra; ++t) {
+            const int r = ra[t], c = t / ATT_RC;
+            pp[t] = W->sc + r * ATT_B;
+            op[t] = os[r];
+            ca[t] = fa[r];
+            cb[t] = fb[r];
+            if (t % ATT_RC == 0) {
+                j0s[c] = INT_MAX;
+                j1s[c] = INT_MIN;
+            }
+            j0s[c] = imin(j0s[c], blo[r] - bs);
+            j1s[c] = imax(j1s[c], bhi[r] - bs);
+        }
+        att_vblock(nra, pp, vh + (ptrdiff_t)bs * Dv, Dv, j0s, j1s, op, ca, cb);
+    }
+}
+
+/* (m, l, O) <- merge with (ms, ls, Os) */
+static void att_merge(float *O, float *m, float *l, const float *Os, float ms, float ls, int Dv) {
+    const float mn = fmaxf(*m, ms);
+    const float a = s_exp(*m - mn), b = s_exp(ms - mn);
+    *l = *l * a + ls * b;
+    *m = mn;
+    const vf av = v_set1(a), bv = v_set1(b);
+    int d = 0;
+    for (; d + VL <= Dv; d += VL) v_store(O + d, v_fma(v_load(Os + d), bv, v_mul(v_load(O + d), av)));
+    if (d < Dv) {
+        const int n = Dv - d;
+        v_store_n(O + d, v_fma(v_load_n(Os + d, n), bv, v_mul(v_load_n(O + d, n), av)), n);
+    }
+}
+
+static void att_finish(float *O, float l, int Dv) {
+    if (l == 0.0f) return; /* no visible key: O stays zero */
+    const vf lv = v_set1(l);
+    int d = 0;
+    for (; d + VL <= Dv; d += VL) v_store(O + d, v_div(v_load(O + d), lv));
+    if (d < Dv) v_store_n(O + d, v_div(v_load_n(O + d, Dv - d), lv), Dv - d);
+}
+
+/* set up the (row, head) pairs of rows [i0, i1) x group heads [h0, h1) of kv head g; returns R */
+static int att_setup(const att_args *A, att_ws *W, int g, int i0, int i1, int h0, int h1, int *lo_all,
+                     int *hi_all) {
+    const int nh = h1 - h0;
+    *lo_all = INT_MAX;
+    *hi_all = INT_MIN;
+    for (int i = i0; i < i1; ++i) {
+        int lo, hi;
+        att_range(A, i, &lo, &hi);
+        if (lo < hi) {
+            *lo_all = imin(*lo_all, lo);
+            *hi_all = imax(*hi_all, hi);
+        }
+        for (int hh = h0; hh < h1; ++hh) {
+            const int r = (i - i0) * nh + (hh - h0), h = g * A->G + hh;
+            W->qp[r] = A->q + (ptrdiff_t)i * A->q_s0 + (ptrdiff_t)h * A->q_s1;
+            W->lo[r] = lo;
+            W->hi[r] = hi;
+        }
+    }
+    return (i1 - i0) * nh;
+}
+
+/* whole item in one pass: superblock partials merged straight into out */
+static void att_item(const att_args *A, att_ws *W, float *osbuf, int g, int i0, int i1, int h0, int h1) {
+    int lo_all, hi_all;
+    const int R = att_setup(A, W, g, i0, i1, h0, h1, &lo_all, &hi_all);
+    const int nh = h1 - h0, Dv = A->Dv;
+    float *op[ATT_RMAX], *osp[ATT_RMAX];
+    float m[ATT_RMAX], l[ATT_RMAX], ms[ATT_RMAX], ls[ATT_RMAX];
+    for (int r = 0; r < R; ++r) {
+        const int i = i0 + r / nh, h = g * A->G + h0 + r % nh;
+        op[r] = A->out + (ptrdiff_t)i * A->o_s0 + (ptrdiff_t)h * A->o_s1;
+        osp[r] = osbuf + (size_t)r * Dv;
+        memset(op[r], 0, sizeof(float) * (size_t)Dv);
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    if (lo_all >= hi_all) return;
+    for (int sb = lo_all / ATT_S; sb <= (hi_all - 1) / ATT_S; ++sb) {
+        att_superblock(A, W, g, R, sb, osp, ms, ls);
+        for (int r = 0; r < R; ++r)
+            if (att_active(W->lo[r], W->hi[r], sb * ATT_S, (sb + 1) * ATT_S))
+                att_merge(op[r], &m[r], &l[r], osp[r], ms[r], ls[r], Dv);
+    }
+    for (int r = 0; r < R; ++r) att_finish(op[r], l[r], Dv);
+}
+
+/* one superblock of an item, partials to scratch (pair (i, h) at index i*H + h, then superblock) */
+static void att_item_split(const att_args *A, att_ws *W, int g, int i0, int i1, int h0, int h1, int sb, int nsb,
+                           float *scr_o, float *scr_m, float *scr_l) {
+    int lo_all, hi_all;
+    const int R = att_setup(A, W, g, i0, i1, h0, h1, &lo_all, &hi_all);
+    const int nh = h1 - h0;
+    if (!att_active(lo_all, hi_all, sb * ATT_S, (sb + 1) * ATT_S)) return;
+    float *osp[ATT_RMAX], ms[ATT_RMAX], ls[ATT_RMAX];
+    size_t idx[ATT_RMAX];
+    for (int r = 0; r < R; ++r) {
+        const int i = i0 + r / nh, h = g * A->G + h0 + r % nh;
+        idx[r] = ((size_t)i * A->H + h) * nsb + sb;
+        osp[r] = scr_o + idx[r] * A->Dv;
+    }
+    att_superblock(A, W, g, R, sb, osp, ms, ls);
+    for (int r = 0; r < R; ++r) {
+        scr_m[idx[r]] = ms[r];
+        scr_l[idx[r]] = ls[r];
+    }
+}
+
+static void att_combine(const att_args *A, int i, int h, int nsb, const float *scr_o, const float *scr_m,
+                        const float *scr_l) {
+    const int Dv = A->Dv;
+    float *O = A->out + (ptrdiff_t)i * A->o_s0 + (ptrdiff_t)h * A->o_s1;
+    memset(O, 0, sizeof(float) * (size_t)Dv);
+    int lo, hi;
+    att_range(A, i, &lo, &hi);
+    float m = -INFINITY, l = 0.0f;
+    for (int sb = 0; sb < nsb; ++sb) {
+        if (!att_active(lo, hi, sb * ATT_S, (sb + 1) * ATT_S)) continue;
+        const size_t idx = ((size_t)i * A->H + h) * nsb + sb;
+        att_merge(O, &m, &l, scr_o + idx * Dv, scr_m[idx], scr_l[idx], Dv);
+    }
+    att_finish(O, l, Dv);
+}
+
+static float *att_alloc(size_t nfloat) {
+    size_t bytes = (nfloat * sizeof(float) + 63) / 64 * 64;
+    return (float *)aligned_alloc(64, bytes ? bytes : 64);
+}
+
+int cuca_attention_f32(const float *q, ptrdiff_t q_s0, ptrdiff_t q_s1, const float *k, ptrdiff_t k_s0,
+                       const float *v, ptrdiff_t v_s0, const int32_t *q_pos, int M, int n_head, int n_kv_head,
+                       int hd_k, int hd_v, int n_ctx, int n_kv, int window, float scale, float softcap, float *out,
+                       ptrdiff_t o_s0, ptrdiff_t o_s1, int n_threads) {
+    if (M < 0 || n_head <= 0 || n_kv_head <= 0 || n_head % n_kv_head || hd_k <= 0 || hd_v <= 0 || n_ctx < 0 ||
+        n_kv < 0 || n_kv > n_ctx || window < 0)
+        return CUCA_EINVAL;
+    if (M == 0) return CUCA_OK;
+    att_args A = {q, q_s0, q_s1, k, k_s0, v, v_s0, q_pos, M, n_head, n_kv_head, n_head / n_kv_head, hd_k, hd_v,
+                  n_kv, window, scale, softcap, out, o_s0, o_s1};
+    const int G = A.G;
+    const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+
+    int HS = imin(G, ATT_RMAX), TR = imin(M, imax(1, ATT_RMAX / HS));
+#define ATT_NITEMS ((long)n_kv_head * ((M + TR - 1) / TR) * ((G + HS - 1) / HS))
+    const int nsb = (n_kv + ATT_S - 1) / ATT_S;
+    const int split = ATT_NITEMS < nt && nsb >= 2;
+    if (!split) {
+        while (ATT_NITEMS < nt && TR > 1) TR = (TR + 1) / 2;
+        while (ATT_NITEMS < nt && HS > 1) HS = (HS + 1) / 2;
+    }
+    const int ntile = (M + TR - 1) / TR, nhs = (G + HS - 1) / HS;
+    const long nitems = ATT_NITEMS * (split ? nsb : 1);
+#undef ATT_NITEMS
+
+    float *scr_o = NULL, *scr_m = NULL, *scr_l = NULL;
+    if (split) {
+        const size_t npart = (size_t)M * n_head * nsb;
+        scr_o = att_alloc(npart * hd_v);
+        scr_m = att_alloc(npart);
+        scr_l = att_alloc(npart);
+        if (!scr_o || !scr_m || !scr_l) {
+            free(scr_o);
+            free(scr_m);
+            free(scr_l);
+            return CUCA_ENOMEM;
+        }
+    }
+    const int R = TR * HS;
+    const size_t ws_floats = (size_t)R * ATT_B + (size_t)hd_k + (split ? 0 : (size_t)R * hd_v);
+    int err = 0;
+    const int nth = (int)(nitems < nt ? nitems : nt);
+
+#pragma omp parallel num_threads(nth) if (nth > 1)
+    {
+        att_ws W;
+        float *buf = att_alloc(ws_floats);
+        if (!buf) {
+#pragma omp atomic write
+            err = 1;
+        }
+        if (buf) {
+            W.sc = buf;
+            W.zero = buf + (size_t)R * ATT_B;
+            memset(W.zero, 0, sizeof(float) * (size_t)hd_k);
+        }
+        float *osbuf = buf ? W.zero + hd_k : NULL;
+#pragma omp for schedule(dynamic, 1)
+        for (long it = 0; it < nitems; ++it) {
+            if (!buf) continue;
+            long rest = it;
+            const int sb = split ? (int)(rest % nsb) : 0;
+            if (split) rest /= nsb;
+            const int hs = (int)(rest % nhs);
+            rest /= nhs;
+            const int tile = (int)(rest % ntile);
+            const int g = (int)(rest / ntile);
+            const int i0 = tile * TR, i1 = imin(M, i0 + TR), h0 = hs * HS, h1 = imin(G, h0 + HS);
+            if (split)
+                att_item_split(&A, &W, g, i0, i1, h0, h1, sb, nsb, scr_o, scr_m, scr_l);
+            else
+                att_item(&A, &W, osbuf, g, i0, i1, h0, h1);
+        }
+        int failed;
+#pragma omp atomic read
+        failed = err;
+        if (split && !failed) {
+#pragma omp for schedule(static)
+            for (long rh = 0; rh < (long)M * n_head; ++rh)
+                att_combine(&A, (int)(rh / n_head), (int)(rh % n_head), nsb, scr_o, scr_m, scr_l);
+        }
+        free(buf);
+    }
+    free(scr_o);
+    free(scr_m);
+    free(scr_l);
+    return err ? CUCA_ENOMEM : CUCA_OK;
+}

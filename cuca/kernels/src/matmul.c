@@ -1,0 +1,193 @@
+/* out[M, n_out] = x[M, n_in] . W[n_out, n_in]^T for raw GGUF weights: the driver (activation quantization,
+ * thread split over output rows, tiling over x rows) and the tile kernels for the float formats F32, F16, BF16.
+ *
+ * Batch invariance: out[m, n] is produced by one tile-kernel call for weight row n, and every tile kernel runs
+ * the same float sequence for each x row whatever the tile height, so the result never depends on M, on the
+ * row's position in the batch, or on the number of threads. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include "qmatmul.h"
+
+/* ---- float weights: x stays float32; per row two float32 accumulators over 16-wide chunks ---- */
+#if defined(CUCA_AVX512)
+#define F_T 8
+static inline float hsum512(__m512 v) {
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+static inline __attribute__((always_inline)) __m512 f_load(const int wt, const uint8_t *w, int64_t k, __mmask16 m) {
+    if (wt == GT_F32) return _mm512_maskz_loadu_ps(m, (const float *)w + k);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)w + k);
+    if (wt == GT_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline __attribute__((always_inline)) void f_tile(const int wt, const uint8_t *w, const cuca_act *A,
+                                                         int64_t m0, const int nr, float *out, int64_t ldo) {
+    const int64_t n = A->n_in;
+    const float *x = A->xf + m0 * n;
+    __m512 acc0[F_T], acc1[F_T];
+    int64_t k = 0;
+    for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+    for (; k + 32 <= n; k += 32) {
+        const __m512 w0 = f_load(wt, w, k, 0xFFFF), w1 = f_load(wt, w, k + 16, 0xFFFF);
+        for (int r = 0; r < nr; r++) {
+            acc0[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + r * n + k), acc0[r]);
+            acc1[r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + r * n + k + 16), acc1[r]);
+        }
+    }
+    if (k < n) {
+        const int64_t rem = n - k;
+        const __mmask16 m0m = (__mmask16)(rem >= 16 ? 0xFFFF : (1u << rem) - 1);
+        const __mmask16 m1m = (__mmask16)(rem <= 16 ? 0 : (1u << (rem - 16)) - 1);
+        const __m512 w0 = f_load(wt, w, k, m0m), w1 = f_load(wt, w, k + 16, m1m);
+        for (int r = 0; r < nr; r++) {
+            acc0[r] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0m, x + r * n + k), acc0[r]);
+            if (rem > 16) acc1[r] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1m, x + r * n + k + 16), acc1[r]);
+        }
+    }
+    for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(_mm512_add_ps(acc0[r], acc1[r]));
+}
+
+#elif defined(CUCA_AVX2)
+#define F_T 4
+static inline float hsum256(__m256 a) {
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+static inline __attribute__((always_inline)) __m256 f_load(const int wt, const uint8_t *w, int64_t k) {
+    if (wt == GT_F32) return _mm256_loadu_ps((const float *)w + k);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + k));
+    if (wt == GT_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline __attribute__((always_inline)) void f_tile(const int wt, const uint8_t *w, const cuca_act *A,
+                                                         int64_t m0, const int nr, float *out, int64_t ldo) {
+    const int64_t n = A->n_in;
+    const float *x = A->xf + m0 * n;
+    __m256 acc0[F_T], acc1[F_T];
+    int64_t k = 0;
+    for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+    for (; k + 16 <= n; k += 16) {
+        const __m256 w0 = f_load(wt, w, k), w1 = f_load(wt, w, k + 8);
+        for (int r = 0; r < nr; r++) {
+            acc0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * n + k), acc0[r]);
+            acc1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * n + k + 8), acc1[r]);
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        float s = hsum256(_mm256_add_ps(acc0[r], acc1[r]));
+        for (int64_t j = k; j < n; j++) {
+            float wj;
+            if (wt == GT_F32) memcpy(&wj, w + 4 * j, 4);
+            else if (wt == GT_F16) wj = cuca_h2f(cuca_ld16(w + 2 * j));
+            else { uint32_t b = (uint32_t)cuca_ld16(w + 2 * j) << 16; memcpy(&wj, &b, 4); }
+            s = fmaf(wj, x[r * n + j], s);
+        }
+        out[r * ldo] = s;
+    }
+}
+
+#else
+#define F_T 4
+static inline void f_tile(const int wt, const uint8_t *w, const cuca_act *A, int64_t m0, const int nr, float *out,
+                          int64_t ldo) {
+    const int64_t n = A->n_in;
+    const float *x = A->xf + m0 * n;
+    float s[F_T][8] = {{0}};
+    for (int64_t k = 0; k < n; k += 8) {
+        float wv[8] = {0};
+        const int len = n - k < 8 ? (int)(n - k) : 8;
+        for (int l = 0; l < len; l++) {
+            if (wt == GT_F32) memcpy(wv + l, w + 4 * (k + l), 4);
+            else if (wt == GT_F16) wv[l] = cuca_h2f(cuca_ld16(w + 2 * (k + l)));
+            else { uint32_t b = (uint32_t)cuca_ld16(w + 2 * (k + l)) << 16; memcpy(wv + l, &b, 4); }
+        }
+        for (int r = 0; r < nr; r++)
+            for (int l = 0; l < len; l++) s[r][l] += wv[l] * x[r * n + k + l];
+    }
+    for (int r = 0; r < nr; r++)
+        out[r * ldo] = ((s[r][0] + s[r][1]) + (s[r][2] + s[r][3])) + ((s[r][4] + s[r][5]) + (s[r][6] + s[r][7]));
+}
+#endif
+
+#define FC(wt, n) case n: f_tile(wt, w, A, m0, n, out, ldo); break
+#if F_T == 8
+#define F_DISPATCH(wt) switch (nr) { FC(wt, 1); FC(wt, 2); FC(wt, 3); FC(wt, 4); FC(wt, 5); FC(wt, 6); \
+    FC(wt, 7); FC(wt, 8); default: break; }
+#else
+#define F_DISPATCH(wt) switch (nr) { FC(wt, 1); FC(wt, 2); FC(wt, 3); FC(wt, 4); default: break; }
+#endif
+#define F_FN(name, wt) \
+    static void name(const uint8_t *w, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo) { \
+        F_DISPATCH(wt) \
+    }
+F_FN(tile_f32, GT_F32)
+F_FN(tile_f16, GT_F16)
+F_FN(tile_bf16, GT_BF16)
+
+int cuca_tile_f(int wtype, cuca_tile_fn *fn, int *tile) {
+    switch (wtype) {
+    case GT_F32: *fn = tile_f32; break;
+    case GT_F16: *fn = tile_f16; break;
+    case GT_BF16: *fn = tile_bf16; break;
+    default: return CUCA_EUNSUPPORTED;
+    }
+    *tile = F_T;
+    return CUCA_OK;
+}
+
+/* ---- the driver ---- */
+#define ROW_BLOCK 16 /* weight rows kept hot while a tile of x rows sweeps them */
+
+int cuca_matmul_gguf_f32(const void *w, int wtype, int64_t n_out, int64_t n_in, const float *x, int64_t M,
+                         float *out, int n_threads) {
+    cuca_tile_fn fn = NULL;
+    cuca_act A;
+    int bs, bytes, tile = 1, nt, rc;
+    if (!cuca_type_block(wtype, &bs, &bytes)) return CUCA_EUNSUPPORTED;
+    if (n_out <= 0 || n_in <= 0 || n_in % bs || M <= 0 || n_threads < 0) return CUCA_EINVAL;
+    if (cuca_tile_q(wtype, &fn, &tile) != CUCA_OK && cuca_tile_k(wtype, &fn, &tile) != CUCA_OK &&
+        cuca_tile_f(wtype, &fn, &tile) != CUCA_OK)
+        return CUCA_EUNSUPPORTED;
+    rc = cuca_act_init(&A, wtype, x, M, n_in);
+    if (rc != CUCA_OK) return rc;
+
+    const size_t rb = (size_t)(n_in / bs) * (size_t)bytes;
+    const int64_t nblocks = (n_out + ROW_BLOCK - 1) / ROW_BLOCK;
+    const double work = (double)n_out * (double)rb * (double)((M + tile - 1) / tile) + (double)M * (double)n_in;
+    nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+    if (work < 65536.0) nt = 1;
+    if (nt > nblocks) nt = (int)nblocks;
+    if (nt < 1) nt = 1;
+
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        const int nth = omp_get_num_threads(), tid = omp_get_thread_num();
+        if (A.kind != ACT_F32) {
+#pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++) cuca_act_quantize_row(&A, x + m * n_in, m);
+        }
+        /* contiguous ranges of whole row blocks, as even as possible */
+        const int64_t b_lo = nblocks * tid / nth, b_hi = nblocks * (tid + 1) / nth;
+        for (int64_t blk = b_lo; blk < b_hi; blk++) {
+            const int64_t n_lo = blk * ROW_BLOCK, n_hi = n_lo + ROW_BLOCK < n_out ? n_lo + ROW_BLOCK : n_out;
+            for (int64_t m0 = 0; m0 < M; m0 += tile) {
+                const int nr = M - m0 < tile ? (int)(M - m0) : tile;
+                for (int64_t n = n_lo; n < n_hi; n++)
+                    fn((const uint8_t *)w + (size_t)n * rb, &A, m0, nr, out + m0 * n_out + n, n_out);
+            }
+        }
+    }
+    cuca_act_free(&A);
+    return CUCA_OK;
+}

@@ -1,0 +1,38 @@
+/* Attention and small-op kernels (pure C, no Python). Strides are in floats; every row's last dimension is
+ * contiguous. Each returns CUCA_OK or a negative CUCA_E* code. n_threads <= 0 means the OpenMP default.
+ *
+ * Batch invariance: the float operations that produce one output row (or one (row, head) of attention) depend
+ * only on that row's inputs and its own position, never on how many rows are in the call, where the row sits,
+ * or how many threads run. */
+#ifndef CUCA_OPS_H
+#define CUCA_OPS_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* Causal (optionally sliding-window) grouped-query attention over a KV cache.
+ * q: (M, n_head, hd_k) at q + i*q_s0 + h*q_s1; k: (n_kv_head, n_ctx, hd_k) at k + g*k_s0 + j*hd_k;
+ * v: (n_kv_head, n_ctx, hd_v) at v + g*v_s0 + j*hd_v; out: (M, n_head, hd_v) at out + i*o_s0 + h*o_s1. */
+int cuca_attention_f32(const float *q, ptrdiff_t q_s0, ptrdiff_t q_s1, const float *k, ptrdiff_t k_s0,
+                       const float *v, ptrdiff_t v_s0, const int32_t *q_pos, int M, int n_head, int n_kv_head,
+                       int hd_k, int hd_v, int n_ctx, int n_kv, int window, float scale, float softcap, float *out,
+                       ptrdiff_t o_s0, ptrdiff_t o_s1, int n_threads);
+
+/* Rows are addressed as base + a*s0 + b*s1 for a < n0, b < n1, each n floats long. */
+typedef struct {
+    ptrdiff_t s0, s1;
+} cuca_rows;
+
+/* out = x / sqrt(mean(x^2) + eps) * w (w may be NULL); out may be x. */
+int cuca_rms_norm_f32(const float *x, cuca_rows xs, const float *w, float eps, float *out, cuca_rows os,
+                      int64_t n0, int64_t n1, int64_t n, int n_threads);
+/* x += y, then out = rms_norm(x) */
+int cuca_add_rms_norm_f32(float *x, cuca_rows xs, const float *y, cuca_rows ys, const float *w, float eps,
+                          float *out, cuca_rows os, int64_t n0, int64_t n1, int64_t n, int n_threads);
+/* In place RoPE on x (M rows, n_head heads of hd floats), rotating the first n_rot dims of each head. */
+int cuca_rope_f32(float *x, cuca_rows xs, const int32_t *pos, int64_t M, int64_t n_head, int64_t hd, int n_rot,
+                  float freq_base, int neox, const float *freq_factors, float freq_scale, int n_threads);
+/* out = act(g) * u with act = silu (kind 0) or gelu_tanh (kind 1) */
+int cuca_act_mul_f32(int kind, const float *g, cuca_rows gs, const float *u, cuca_rows us, float *out,
+                     cuca_rows os, int64_t n0, int64_t n1, int64_t n, int n_threads);
+
+#endif

@@ -1,0 +1,237 @@
+/* Activation quantization to ggml's 8-bit formats (Q8_0 / Q8_1 per 32 values, Q8_K per 256 values), both in
+ * natural layout (exposed for tests) and into the per-call buffers the matmul kernels read (qmatmul.h). */
+#include <math.h>
+#include <stdlib.h>
+#include "qmatmul.h"
+
+int cuca_qk_perm(int wtype); /* matmul_k.c */
+
+/* ---- one 32-block: d = fp16(amax/127), q = round half away from zero of x * (127/amax) ---- */
+void cuca_q8_block(const float *x, int8_t *q, float *d, float *s, int32_t *sum) {
+    float amax = 0.0f, draw, id;
+    int32_t tot = 0;
+#if defined(CUCA_AVX512)
+    const __m512 sgn = _mm512_set1_ps(-0.0f), one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f);
+    __m512 v[2];
+    __m512i acc = _mm512_setzero_si512();
+    v[0] = _mm512_loadu_ps(x);
+    v[1] = _mm512_loadu_ps(x + 16);
+    amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sgn, v[0]), _mm512_andnot_ps(sgn, v[1])));
+    draw = amax / 127.0f;
+    id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int h = 0; h < 2; h++) {
+        __m512 t = _mm512_mul_ps(v[h], _mm512_set1_ps(id));
+        __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        __mmask16 up = _mm512_cmp_ps_mask(_mm512_andnot_ps(sgn, _mm512_sub_ps(t, r)), half, _CMP_GE_OQ);
+        r = _mm512_mask_add_ps(r, up, r, _mm512_or_ps(_mm512_and_ps(t, sgn), one));
+        __m512i i = _mm512_cvttps_epi32(r);
+        acc = _mm512_add_epi32(acc, i);
+        _mm_storeu_si128((__m128i *)(q + 16 * h), _mm512_cvtepi32_epi8(i));
+    }
+    tot = _mm512_reduce_add_epi32(acc);
+#elif defined(CUCA_AVX2)
+    const __m256 sgn = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
+    __m256 v[4], m;
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 4; h++) v[h] = _mm256_loadu_ps(x + 8 * h);
+    m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sgn, v[0]), _mm256_andnot_ps(sgn, v[1])),
+                      _mm256_max_ps(_mm256_andnot_ps(sgn, v[2]), _mm256_andnot_ps(sgn, v[3])));
+    {
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        amax = _mm_cvtss_f32(m4);
+    }
+    draw = amax / 127.0f;
+    id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int h = 0; h < 4; h++) {
+        __m256 t = _mm256_mul_ps(v[h], _mm256_set1_ps(id));
+        __m256 r = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sgn, _mm256_sub_ps(t, r)), half, _CMP_GE_OQ);
+        r = _mm256_add_ps(r, _mm256_and_ps(up, _mm256_or_ps(_mm256_and_ps(t, sgn), one)));
+        __m256i i = _mm256_cvttps_epi32(r);
+        int32_t tmp[8];
+        acc = _mm256_add_epi32(acc, i);
+        _mm256_storeu_si256((__m256i *)tmp, i);
+        for (int l = 0; l < 8; l++) q[8 * h + l] = (int8_t)tmp[l];
+    }
+    {
+        int32_t tmp[8];
+        _mm256_storeu_si256((__m256i *)tmp, acc);
+        for (int l = 0; l < 8; l++) tot += tmp[l];
+    }
+#else
+    for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+    draw = amax / 127.0f;
+    id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int j = 0; j < QK; j++) {
+        q[j] = (int8_t)roundf(x[j] * id);
+        tot += q[j];
+    }
+#endif
+    *d = cuca_h2f(cuca_f2h(draw));
+    if (s) *s = cuca_h2f(cuca_f2h(draw * (float)tot));
+    if (sum) *sum = tot;
+}
+
+/* ---- one 256-superblock, ggml's Q8_K: scale from the signed value of largest magnitude (first one) ---- */
+void cuca_q8k_block(const float *x, int8_t *q, float *d, int16_t *bsums) {
+    float amax = 0.0f, vmax = 0.0f, iscale;
+#if defined(CUCA_AVX512)
+    const __m512 sgn = _mm512_set1_ps(-0.0f);
+    __m512 m = _mm512_setzero_ps();
+    for (int j = 0; j < QKK; j += 16) m = _mm512_max_ps(m, _mm512_andnot_ps(sgn, _mm512_loadu_ps(x + j)));
+    amax = _mm512_reduce_max_ps(m);
+    for (int j = 0; j < QKK; j += 16) {
+        __mmask16 k = _mm512_cmp_ps_mask(_mm512_andnot_ps(sgn, _mm512_loadu_ps(x + j)), _mm512_set1_ps(amax),
+                                         _CMP_EQ_OQ);
+        if (k) {
+            vmax = x[j + __builtin_ctz(k)];
+            break;
+        }
+    }
+#else
+    for (int j = 0; j < QKK; j++) {
+        float a = fabsf(x[j]);
+        if (a > amax) {
+            amax = a;
+            vmax = x[j];
+        }
+    }
+#endif
+    if (amax == 0.0f) {
+        memset(q, 0, QKK);
+        memset(bsums, 0, 16 * sizeof(int16_t));
+        *d = 0.0f;
+        return;
+    }
+    iscale = -127.0f / vmax;
+#if defined(CUCA_AVX512)
+    for (int j = 0; j < QKK; j += 16) {
+        __m512 t = _mm512_mul_ps(_mm512_set1_ps(iscale), _mm512_loadu_ps(x + j));
+        __m512i i = _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        i = _mm512_min_epi32(i, _mm512_set1_epi32(127));
+        bsums[j / 16] = (int16_t)_mm512_reduce_add_epi32(i);
+        _mm_storeu_si128((__m128i *)(q + j), _mm512_cvtepi32_epi8(i));
+    }
+#else
+    for (int j = 0; j < QKK; j += 16) {
+        int tot = 0;
+        for (int l = 0; l < 16; l++) {
+            /* round to nearest even through the 1.5 * 2^23 magic constant (|value| <= 128 here) */
+            float t = iscale * x[j + l] + 12582912.0f;
+            int32_t bits, v;
+            memcpy(&bits, &t, 4);
+            v = (bits & 0x007fffff) - 0x00400000;
+            if (v > 127) v = 127;
+            q[j + l] = (int8_t)v;
+            tot += v;
+        }
+        bsums[j / 16] = (int16_t)tot;
+    }
+#endif
+    *d = 1.0f / iscale;
+}
+
+/* ---- natural-layout quantizers (tests, inspection) ---- */
+int cuca_quantize_q8_0_f32(const float *x, int64_t M, int64_t n_in, int8_t *q, float *d) {
+    if (M < 0 || n_in <= 0 || n_in % QK) return CUCA_EINVAL;
+    for (int64_t b = 0; b < M * (n_in / QK); b++) cuca_q8_block(x + QK * b, q + QK * b, d + b, NULL, NULL);
+    return CUCA_OK;
+}
+
+int cuca_quantize_q8_1_f32(const float *x, int64_t M, int64_t n_in, int8_t *q, float *d, float *s) {
+    if (M < 0 || n_in <= 0 || n_in % QK) return CUCA_EINVAL;
+    for (int64_t b = 0; b < M * (n_in / QK); b++) cuca_q8_block(x + QK * b, q + QK * b, d + b, s + b, NULL);
+    return CUCA_OK;
+}
+
+int cuca_quantize_q8_k_f32(const float *x, int64_t M, int64_t n_in, int8_t *q, float *d, int16_t *bsums) {
+    if (M < 0 || n_in <= 0 || n_in % QKK) return CUCA_EINVAL;
+    for (int64_t b = 0; b < M * (n_in / QKK); b++) cuca_q8k_block(x + QKK * b, q + QKK * b, d + b, bsums + 16 * b);
+    return CUCA_OK;
+}
+
+/* ---- per-call activation buffers ---- */
+static size_t up64(size_t v) { return (v + CUCA_ALIGN - 1) & ~(size_t)(CUCA_ALIGN - 1); }
+
+int cuca_act_init(cuca_act *A, int wtype, const float *x, int64_t M, int64_t n_in) {
+    size_t row = 0;
+    memset(A, 0, sizeof(*A));
+    A->wtype = wtype;
+    A->M = M;
+    A->n_in = n_in;
+    A->xf = x;
+    switch (wtype) {
+    case GT_F32: case GT_F16: case GT_BF16:
+        A->kind = ACT_F32;
+        return CUCA_OK;
+    case GT_Q8_0: case GT_Q4_0: case GT_Q5_0: case GT_Q4_1: case GT_Q5_1:
+        if (n_in % QK) return CUCA_EINVAL;
+        A->kind = (wtype == GT_Q4_1 || wtype == GT_Q5_1) ? ACT_Q8_1 : ACT_Q8_0;
+        A->nblk = (n_in / QK + 1) & ~(int64_t)1; /* padded to whole pairs of blocks */
+        A->off_d = up64((size_t)A->nblk * QK);
+        A->off_c = A->off_d + up64((size_t)A->nblk * 8 * sizeof(float));
+        A->off_s = A->off_c + up64((size_t)A->nblk * 8 * sizeof(int32_t));
+        row = A->off_s + (A->kind == ACT_Q8_1 ? up64((size_t)A->nblk * 8 * sizeof(float)) : 0);
+        break;
+    case GT_Q4_K: case GT_Q5_K: case GT_Q6_K:
+        if (n_in % QKK) return CUCA_EINVAL;
+        A->kind = ACT_Q8_K;
+        A->nblk = n_in / QKK;
+        A->off_s = up64((size_t)A->nblk * QKK);
+        A->off_d = A->off_s + up64((size_t)A->nblk * 32 * sizeof(int16_t));
+        row = A->off_d + up64((size_t)A->nblk * sizeof(float));
+        break;
+    default:
+        return CUCA_EUNSUPPORTED;
+    }
+    A->row_stride = row;
+    A->base = aligned_alloc(CUCA_ALIGN, row * (size_t)(M > 0 ? M : 1));
+    return A->base ? CUCA_OK : CUCA_ENOMEM;
+}
+
+void cuca_act_free(cuca_act *A) {
+    free(A->base);
+    A->base = NULL;
+}
+
+void cuca_act_quantize_row(cuca_act *A, const float *x, int64_t m) {
+    int8_t *qs = ACT_QS(A, m);
+    if (A->kind == ACT_F32) return;
+    if (A->kind == ACT_Q8_K) {
+        int16_t *bs = ACT_BS(A, m);
+        float *d = ACT_D(A, m);
+        const int perm = cuca_qk_perm(A->wtype);
+        for (int64_t b = 0; b < A->nblk; b++) {
+            int8_t tmp[QKK];
+            static const int order[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+            cuca_q8k_block(x + QKK * b, perm ? tmp : qs + QKK * b, d + b, bs + 32 * b);
+            memset(bs + 32 * b + 16, 0, 16 * sizeof(int16_t));
+            if (perm)
+                for (int g = 0; g < 8; g++) memcpy(qs + QKK * b + 32 * g, tmp + 32 * order[g], 32);
+        }
+        return;
+    }
+    {
+        float *d = ACT_D(A, m), *s = A->kind == ACT_Q8_1 ? ACT_S(A, m) : NULL;
+        int32_t *c = ACT_C(A, m);
+        const int64_t nb = A->n_in / QK;
+        const int32_t off = cuca_qa_offset(A->wtype);
+        for (int64_t b = 0; b < A->nblk; b++) {
+            float db = 0.0f, sb = 0.0f;
+            int32_t tot = 0;
+            if (b < nb)
+                cuca_q8_block(x + QK * b, qs + QK * b, &db, s ? &sb : NULL, &tot);
+            else
+                memset(qs + QK * b, 0, QK);
+            for (int l = 0; l < 8; l++) {
+                d[8 * b + l] = db;
+                c[8 * b + l] = 0;
+                if (s) s[8 * b + l] = 0.0f;
+            }
+            c[8 * b] = -off * tot;
+            if (s) s[8 * b] = sb;
+        }
+    }
+}
