@@ -317,6 +317,10 @@ class Tokenizer:
         add_special=True); parse_special: control tokens written in the text become those tokens."""
         add_bos = self.add_bos if add_bos is None else add_bos
         add_eos = self.add_eos if add_eos is None else add_eos
+        try:
+            text.encode()
+        except UnicodeEncodeError as e:
+            raise TokenizerError(f"{self.source}: text is not valid Unicode ({e.reason} at {e.start})") from e
         out: list[int] = []
         if add_bos:
             if self.bos_id is None:
