@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from .engine import Generation
 from .errors import CucaError
@@ -38,8 +39,8 @@ def _generate(a: argparse.Namespace) -> int:
     else:
         ids = model.prompt_ids(a.prompt)
     gen = Generation()
-    kw = dict(max_tokens=a.max_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed)
-    pieces = model.stream_ids_sync(ids, gen=gen, **kw)  # type: ignore[arg-type]
+    kw: dict[str, Any] = dict(max_tokens=a.max_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed)
+    pieces = model.stream_ids_sync(ids, gen=gen, **kw)
     if a.json:
         text = "".join(pieces)
         t = gen.timings

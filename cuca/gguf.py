@@ -199,6 +199,7 @@ class GGUFFile:
             )
         shape = tuple(reversed(ne))
         raw = self._mm[start : start + nbytes]
+        data: np.ndarray
         if qtype == GGMLQuantizationType.F32:
             data = raw.view(np.float32).reshape(shape)
         elif qtype == GGMLQuantizationType.F16:

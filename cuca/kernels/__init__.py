@@ -3,13 +3,14 @@ signatures). `BACKEND` says which one is in use; tests run on both."""
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 
 from . import _ref
 
 _c: ModuleType | None
 try:
-    from . import _ckernels as _c
+    _c = importlib.import_module(f"{__name__}._ckernels")
 except ImportError:  # pragma: no cover - only when the extension was not built
     _c = None
 
