@@ -113,13 +113,13 @@ def main() -> None:
             print(f"   llama.cpp {fmt(theirs)}   cuca/llama.cpp {ratio:.2f}x", end="")
         print()
         print("pass cost vs M=1    " + "  ".join(f"M={m:<2d}" for m in (1, 2, 4, 8, 16)))
-        for label, fn in (
-            ("cuca (all logits)", lambda m: cuca_pass(eng, prompt, m, "all", a.reps * 2)),
-            ("cuca (last logits)", lambda m: cuca_pass(eng, prompt, m, "last", a.reps * 2)),
-            ("llama.cpp (last)", (lambda m: llama_pass(llm, prompt, m, a.reps * 2)) if llm is not None else None),
-        ):
-            if fn is None:
-                continue
+        passes: list[tuple[str, Any]] = [
+            ("cuca (all logits)", lambda m, e=eng, p=prompt: cuca_pass(e, p, m, "all", a.reps * 2)),
+            ("cuca (last logits)", lambda m, e=eng, p=prompt: cuca_pass(e, p, m, "last", a.reps * 2)),
+        ]
+        if llm is not None:
+            passes.append(("llama.cpp (last)", lambda m, lm=llm, p=prompt: llama_pass(lm, p, m, a.reps * 2)))
+        for label, fn in passes:
             times = {m: fn(m) for m in (1, 2, 4, 8, 16)}
             print(f"{label:19s} " + "  ".join(f"{times[m] / times[1]:4.2f}" for m in (1, 2, 4, 8, 16))
                   + f"   (M=1: {times[1] * 1e3:.1f} ms)")

@@ -39,7 +39,9 @@ def _generate(a: argparse.Namespace) -> int:
     else:
         ids = model.prompt_ids(a.prompt)
     gen = Generation()
-    kw: dict[str, Any] = dict(max_tokens=a.max_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed)
+    kw: dict[str, Any] = dict(
+        max_tokens=a.max_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed
+    )
     pieces = model.stream_ids_sync(ids, gen=gen, **kw)
     if a.json:
         text = "".join(pieces)

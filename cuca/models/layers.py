@@ -87,7 +87,9 @@ def self_attention(
     scale: float,
     softcap: float = 0.0,
 ) -> np.ndarray:
-    """Store k/v (M, n_kv_head, hd) at `positions` (contiguous) in `layer`, attend q (M, n_head, hd) -> (M, n_head*hd_v).
+    """Store k/v (M, n_kv_head, hd) at `positions` (contiguous) in `layer`; attend q (M, n_head, hd).
+
+    Returns (M, n_head * hd_v).
 
     k/v None reads a cache layer another layer wrote (KV sharing).
     """
