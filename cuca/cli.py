@@ -28,12 +28,18 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--threads", type=int, default=0)
     g.add_argument("--context-length", type=int, default=0)
+    g.add_argument("--drafter", default=None, help="prompt-lookup, in-trunk, or a drafter GGUF path / preset")
+    g.add_argument("--draft-tokens", type=int, default=3)
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     return ap
 
 
 def _generate(a: argparse.Namespace) -> int:
-    model = LocalModel.load_sync(LocalModelConfig(a.model, context_length=a.context_length, threads=a.threads))
+    model = LocalModel.load_sync(
+        LocalModelConfig(
+            a.model, drafter=a.drafter, draft_tokens=a.draft_tokens, context_length=a.context_length, threads=a.threads
+        )
+    )
     if a.chat is not None:
         ids = model.chat_prompt([{"role": "user", "content": a.chat}])
     else:
@@ -46,7 +52,7 @@ def _generate(a: argparse.Namespace) -> int:
     if a.json:
         text = "".join(pieces)
         t = gen.timings
-        out = {
+        out: dict[str, Any] = {
             "text": text,
             "tokens": gen.tokens,
             "finish_reason": gen.finish_reason,
@@ -55,6 +61,8 @@ def _generate(a: argparse.Namespace) -> int:
             "prompt_tokens_per_second": round(t.prompt_tokens_per_second, 3),
             "tokens_per_second": round(t.tokens_per_second, 3),
         }
+        if gen.draft is not None:
+            out["draft"] = gen.draft.to_dict()
         print(json.dumps(out, ensure_ascii=False))
     else:
         for piece in pieces:
@@ -62,11 +70,16 @@ def _generate(a: argparse.Namespace) -> int:
             sys.stdout.flush()
         t = gen.timings
         sys.stdout.write("\n")
-        print(
+        sys.stdout.flush()
+        line = (
             f"[{t.n_prompt} prompt tokens at {t.prompt_tokens_per_second:.1f} tok/s, "
-            f"{t.n_generated} generated at {t.tokens_per_second:.1f} tok/s, finish: {gen.finish_reason}]",
-            file=sys.stderr,
+            f"{t.n_generated} generated at {t.tokens_per_second:.1f} tok/s, finish: {gen.finish_reason}"
         )
+        if gen.draft is not None:
+            rate = gen.draft.acceptance_rate()
+            line += f", drafted {gen.draft.drafted}, accepted {gen.draft.accepted}"
+            line += f" ({rate:.0%})" if rate is not None else ""
+        print(line + "]", file=sys.stderr)
     return 0
 
 

@@ -5,13 +5,18 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import ConfigError, ContextLengthError
 from .models.cache import KVCache
 from .sampling import SamplingParams, next_token
+
+if TYPE_CHECKING:
+    from .speculative.drafters import Drafter
+    from .speculative.governor import Governor
+    from .speculative.stats import RequestDraftStats
 
 PREFILL_CHUNK = 256  # rows per prefill pass: bounds scratch memory, keeps the kernels in their fast M range
 
@@ -22,7 +27,6 @@ class Timings:
 
     n_prompt: int = 0
     n_generated: int = 0
-    n_decode_passes: int = 0
     prompt_s: float = 0.0
     decode_s: float = 0.0
 
@@ -32,8 +36,19 @@ class Timings:
 
     @property
     def tokens_per_second(self) -> float:
-        """Decode throughput: forward passes after the prefill per second (prompt processing excluded)."""
-        return self.n_decode_passes / self.decode_s if self.decode_s > 0 else 0.0
+        """Decode throughput: tokens after the first (which the prefill pass yields) per second of decoding."""
+        return (self.n_generated - 1) / self.decode_s if self.decode_s > 0 else 0.0
+
+
+@dataclass
+class Speculation:
+    """How a request drafts: the drafter, drafts per round, the model's governor, and where the stats go."""
+
+    drafter: Drafter
+    draft_tokens: int
+    governor: Governor
+    stats: RequestDraftStats
+    rollback_limit: int | None = None
 
 
 @dataclass
@@ -43,6 +58,7 @@ class Generation:
     tokens: list[int] = field(default_factory=list)
     finish_reason: str | None = None  # "stop" (end-of-generation or stop token) or "length"
     timings: Timings = field(default_factory=Timings)
+    draft: RequestDraftStats | None = None  # this request's drafting statistics, when it drafted
 
 
 class Engine:
@@ -84,8 +100,10 @@ class Engine:
         params: SamplingParams,
         stop_ids: frozenset[int] = frozenset(),
         gen: Generation | None = None,
+        spec: Speculation | None = None,
     ) -> Iterator[int]:
-        """Yield generated token ids; `gen` (if given) receives the tokens, finish reason and timings."""
+        """Yield generated token ids; `gen` (if given) receives the tokens, finish reason and timings. With `spec`
+        the tokens come from speculative rounds (equal to plain decoding at temperature 0)."""
         gen = gen if gen is not None else Generation()
         self.check_fits(len(prompt), max_tokens)
         rng = np.random.default_rng(params.seed)
@@ -95,9 +113,17 @@ class Engine:
         t0 = time.perf_counter()
         logits = self.prefill(prompt)
         t.prompt_s = time.perf_counter() - t0
-        pos = len(prompt)
+        tok = next_token(logits, params, rng)
+        if spec is None:
+            rest = self._plain(prompt, tok, max_tokens, params, rng)
+        else:
+            from .speculative.loop import speculative_tokens
+
+            rest = speculative_tokens(
+                self.model, self.cache, tok, list(prompt), max_tokens, params, rng, spec.drafter,
+                spec.draft_tokens, spec.governor, spec.stats, spec.rollback_limit,
+            )
         while True:
-            tok = next_token(logits, params, rng)
             gen.tokens.append(tok)
             t.n_generated += 1
             yield tok
@@ -108,9 +134,15 @@ class Engine:
                 gen.finish_reason = "length"
                 return
             t0 = time.perf_counter()
-            logits = self.model.forward(
-                np.array([tok], np.int32), np.array([pos], np.int32), self.cache, "last"
-            )[0]
+            tok = next(rest)
             t.decode_s += time.perf_counter() - t0
-            t.n_decode_passes += 1
+
+    def _plain(
+        self, prompt: Sequence[int], first: int, max_tokens: int, params: SamplingParams, rng: np.random.Generator
+    ) -> Iterator[int]:
+        tok, pos = first, len(prompt)
+        for _ in range(max_tokens - 1):
+            logits = self.model.forward(np.array([tok], np.int32), np.array([pos], np.int32), self.cache, "last")
+            tok = next_token(logits[0], params, rng)
             pos += 1
+            yield tok

@@ -61,11 +61,13 @@ def type_name(wtype: int) -> str:
 
 def _check(wtype: int, n_in: int) -> tuple[int, int]:
     if wtype not in BLOCK:
-        raise QuantError(f"unsupported tensor type {type_name(wtype)} (id {wtype}); cuca supports "
-                         + ", ".join(type_name(t) for t in sorted(BLOCK)))
+        raise QuantError(
+            f"unsupported tensor type {type_name(wtype)} (id {wtype}); cuca supports "
+            + ", ".join(type_name(t) for t in sorted(BLOCK))
+        )
     bs, nbytes = BLOCK[wtype]
     if n_in <= 0 or n_in % bs:
-        raise QuantError(f"{type_name(wtype)} rows need a positive multiple of {bs} elements, got n_in={n_in}")
+        raise QuantError(f"{type_name(wtype)} rows need a positive multiple of {bs} values, got n_in={n_in}")
     return bs, nbytes
 
 
@@ -91,8 +93,8 @@ def _blocks(raw: np.ndarray, wtype: int, n_out: int, n_in: int) -> np.ndarray:
     bs, nbytes = _check(wtype, n_in)
     data = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
     if data.size != n_out * (n_in // bs) * nbytes:
-        raise QuantError(f"{type_name(wtype)} tensor of {n_out}x{n_in} needs {n_out * (n_in // bs) * nbytes} "
-                         f"bytes, got {data.size}")
+        need = n_out * (n_in // bs) * nbytes
+        raise QuantError(f"{type_name(wtype)} tensor of {n_out}x{n_in} needs {need} bytes, got {data.size}")
     return data.reshape(n_out, n_in // bs, nbytes)
 
 
@@ -133,7 +135,7 @@ def unpack(raw: np.ndarray, wtype: int, n_out: int, n_in: int) -> Unpacked:
         m = _f16(b[..., 2:4]) if has_min else None
         q = _nibbles(b[..., -16:]).astype(np.int16)
         if wtype in (Q5_0, Q5_1):
-            q |= _bits32(b[..., off:off + 4]).astype(np.int16) << 4
+            q |= _bits32(b[..., off : off + 4]).astype(np.int16) << 4
         if not has_min:
             q -= 16 if wtype == Q5_0 else 8
         return Unpacked(q, d, m)
@@ -149,10 +151,9 @@ def unpack(raw: np.ndarray, wtype: int, n_out: int, n_in: int) -> Unpacked:
         bias = -(dmin[..., None] * mn.astype(np.float32))
         return Unpacked(q.reshape(n_out, nb * 8, 32), scale.reshape(n_out, -1), bias.reshape(n_out, -1))
     if wtype == Q6_K:
-        ql = b[..., 0:128].reshape(n_out, nb, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(2, 1)
-        ql = (ql & 0x0F).reshape(n_out, nb, 2, 4, 32)
-        qh = b[..., 128:192].reshape(n_out, nb, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(4, 1)
-        q = (ql | ((qh & 3) << 4)).astype(np.int16) - 32
+        lo = (b[..., 0:128].reshape(n_out, nb, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(2, 1)) & 0x0F
+        hi = b[..., 128:192].reshape(n_out, nb, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(4, 1)
+        q = (lo.reshape(n_out, nb, 2, 4, 32) | ((hi & 3) << 4)).astype(np.int16) - 32
         scale = _f16(b[..., 208:210])[..., None] * b[..., 192:208].view(np.int8).astype(np.float32)
         return Unpacked(q.reshape(n_out, nb * 16, 16), scale.reshape(n_out, -1), None)
     raise QuantError(f"{type_name(wtype)} is a float type; it has no blocks to unpack")
@@ -164,8 +165,10 @@ def dequantize(raw: np.ndarray, wtype: int, n_out: int, n_in: int) -> np.ndarray
     data = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
     if wtype in FLOAT_TYPES:
         if data.size != n_out * row_bytes(wtype, n_in):
-            raise QuantError(f"{type_name(wtype)} tensor of {n_out}x{n_in} needs "
-                             f"{n_out * row_bytes(wtype, n_in)} bytes, got {data.size}")
+            raise QuantError(
+                f"{type_name(wtype)} tensor of {n_out}x{n_in} needs "
+                f"{n_out * row_bytes(wtype, n_in)} bytes, got {data.size}"
+            )
         if wtype == F32:
             out = data.view("<f4").astype(np.float32)
         elif wtype == F16:

@@ -16,7 +16,7 @@ def _fp16_bytes(v: np.ndarray) -> np.ndarray:
 
 
 def random_weight(wtype: int, n_out: int, n_in: int, seed: int = 0) -> np.ndarray:
-    """Raw tensor data of type wtype: float32/float16 arrays for F32/F16, uint8 (n_out, row_bytes) otherwise."""
+    """Raw tensor data of type wtype: float32 / float16 arrays for F32 / F16, else uint8 (n_out, bytes)."""
     rng = np.random.default_rng(seed)
     if wtype == Q.F32:
         return rng.standard_normal((n_out, n_in), dtype=np.float32)

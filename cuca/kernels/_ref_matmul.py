@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import quants as Q
+from cuca import quants as Q
 
 __all__ = ["matmul", "get_rows", "quantize_q8_0", "quantize_q8_1", "quantize_q8_K"]
 
@@ -31,8 +31,10 @@ def _array(fn: str, name: str, a: object, dtype: type | None) -> np.ndarray:
 def _weight(fn: str, w: object, wtype: int, n_out: int, n_in: int) -> tuple[np.ndarray, int]:
     wa = _array(fn, "w", w, None)
     if wtype not in Q.SUPPORTED_TYPES:
-        raise ValueError(f"{fn}(): wtype {wtype} is not a supported GGML type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
-                         "Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)")
+        raise ValueError(
+            f"{fn}(): wtype {wtype} is not a supported GGML type (F32, F16, BF16, Q8_0, Q4_0, "
+            "Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)"
+        )
     bs, nbytes = Q.BLOCK[wtype]
     if not 0 < n_out < 2**31:
         raise ValueError(f"{fn}(): n_out must be in [1, 2^31), got {n_out}")
@@ -40,8 +42,9 @@ def _weight(fn: str, w: object, wtype: int, n_out: int, n_in: int) -> tuple[np.n
         raise ValueError(f"{fn}(): n_in must be a positive multiple of {bs} for wtype {wtype}, got {n_in}")
     rb = n_in // bs * nbytes
     if wa.nbytes != rb * n_out:
-        raise ValueError(f"{fn}(): w has {wa.nbytes} bytes, a {n_out} x {n_in} tensor of wtype {wtype} needs "
-                         f"{rb * n_out}")
+        raise ValueError(
+            f"{fn}(): w has {wa.nbytes} bytes, a {n_out} x {n_in} tensor of wtype {wtype} needs {rb * n_out}"
+        )
     return wa.reshape(-1).view(np.uint8).reshape(n_out, rb), rb
 
 
@@ -62,12 +65,13 @@ def _x(fn: str, x: object, bs: int) -> np.ndarray:
 
 
 def _fp16(v: np.ndarray) -> np.ndarray:
-    return v.astype(np.float16).astype(np.float32)
+    with np.errstate(over="ignore"):  # beyond fp16 range: inf, as the C conversion gives
+        return v.astype(np.float16).astype(np.float32)
 
 
 def _q8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(M, n) -> codes (M, n) int8, raw scale (M, n/32) float32, code sums (M, n/32)."""
-    xb = x.reshape(x.shape[0], -1, 32)
+    xb = x.reshape(x.shape[0], x.shape[1] // 32, 32)
     amax = np.abs(xb).max(axis=-1)
     d = amax / np.float32(127)
     inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax != 0)
@@ -92,22 +96,23 @@ def quantize_q8_K(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """ggml's Q8_K: per 256 values d = max/-127 (max = first value of largest magnitude), q = rint(x/d),
     bsums = sums of 16 consecutive q."""
     xa = _x("quantize_q8_K", x, 256)
-    xb = xa.reshape(xa.shape[0], -1, 256)
+    xb = xa.reshape(xa.shape[0], xa.shape[1] // 256, 256)
     vmax = np.take_along_axis(xb, np.abs(xb).argmax(axis=-1)[..., None], axis=-1)[..., 0]
     nz = vmax != 0
     iscale = np.divide(np.float32(-127), vmax, out=np.zeros_like(vmax), where=nz)
     q = np.minimum(np.rint(iscale[..., None] * xb), 127).astype(np.int8)
     d = np.divide(np.float32(1), iscale, out=np.zeros_like(iscale), where=nz)
     bsums = q.reshape(*q.shape[:2], 16, 16).sum(axis=-1, dtype=np.int16)
-    return q.reshape(xa.shape), d, bsums.reshape(xa.shape[0], -1)
+    return q.reshape(xa.shape), d, bsums.reshape(xa.shape[0], xa.shape[1] // 16)
 
 
 def _blockwise(q: np.ndarray, d: np.ndarray, bs: int) -> np.ndarray:
     return (q.reshape(*d.shape, bs).astype(np.float64) * d.astype(np.float64)[..., None]).reshape(q.shape)
 
 
-def matmul(w: np.ndarray, wtype: int, n_out: int, n_in: int, x: np.ndarray, out: np.ndarray,
-           n_threads: int = 0) -> None:
+def matmul(
+    w: np.ndarray, wtype: int, n_out: int, n_in: int, x: np.ndarray, out: np.ndarray, n_threads: int = 0
+) -> None:
     """out[m, n] = sum_k x[m, k] * W[n, k] for raw GGUF weights w of GGML type wtype."""
     fn = "matmul"
     rows, _ = _weight(fn, w, wtype, n_out, n_in)

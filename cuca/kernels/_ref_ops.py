@@ -18,20 +18,22 @@ _GELU_C = math.sqrt(2.0 / math.pi)
 def _array(fn: str, name: str, a: Any, kind: str, ndims: tuple[int, ...]) -> np.ndarray:
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{fn}(): {name} must be a numpy.ndarray, got {type(a).__name__}")
-    want = np.float32 if kind == "f" else np.int32
-    if a.dtype != np.dtype(want) or not a.dtype.isnative:
-        raise TypeError(f"{fn}(): {name} must have dtype {np.dtype(want).name}, got {a.dtype}")
+    wants = {"f": ("float32",), "i": ("int32",), "c": ("float32", "float16")}[kind]
+    if a.dtype.name not in wants or not a.dtype.isnative:
+        raise TypeError(f"{fn}(): {name} must have dtype {' or '.join(wants)}, got {a.dtype}")
     if a.ndim not in ndims:
         if len(ndims) == 1:
             raise ValueError(f"{fn}(): {name} must be {ndims[0]}-dimensional, got shape {a.shape}")
         raise ValueError(
             f"{fn}(): {name} must have {ndims[0]} to {ndims[-1]} dimensions, got shape {a.shape}"
         )
+    if a.size == 0:  # layout irrelevant (numpy gives empty arrays zero strides)
+        return a
     if not a.flags.aligned:
         raise ValueError(f"{fn}(): {name} must be aligned")
-    if any(s % 4 for s in a.strides):
+    if any(s % a.itemsize for s in a.strides):
         raise ValueError(f"{fn}(): {name} has strides that are not whole elements")
-    if a.ndim and a.shape[-1] > 1 and a.strides[-1] != 4:
+    if a.ndim and a.shape[-1] > 1 and a.strides[-1] != a.itemsize:
         raise ValueError(f"{fn}(): {name} must be contiguous in its last dimension")
     return a
 
@@ -93,11 +95,11 @@ _INT_MAX = 2**31 - 1
 # ---------------------------------------------------------------------------------------------- attention
 def attention(q, k_cache, v_cache, q_pos, n_kv, window, scale, softcap, out, n_threads=0) -> None:
     """Causal (sliding-window when window > 0) grouped-query attention of q over the first n_kv cache
-    positions, written to out. See the C kernel for the exact contract."""
+    positions, written to out; the caches hold float32 or float16. See the C kernel for the exact contract."""
     fn = "attention"
     q = _array(fn, "q", q, "f", (3,))
-    k_cache = _array(fn, "k_cache", k_cache, "f", (3,))
-    v_cache = _array(fn, "v_cache", v_cache, "f", (3,))
+    k_cache = _array(fn, "k_cache", k_cache, "c", (3,))
+    v_cache = _array(fn, "v_cache", v_cache, "c", (3,))
     q_pos = _array(fn, "q_pos", q_pos, "i", (1,))
     out = _array(fn, "out", out, "f", (3,))
     n_kv = _int(fn, "n_kv", n_kv, 0, _INT_MAX)
@@ -116,7 +118,10 @@ def attention(q, k_cache, v_cache, q_pos, n_kv, window, scale, softcap, out, n_t
     _shape(fn, "v_cache", v_cache, (Hkv, n_ctx, Dv))
     _shape(fn, "q_pos", q_pos, (M,))
     _shape(fn, "out", out, (M, H, Dv))
-    if n_ctx > 1 and (k_cache.strides[1] != 4 * D or v_cache.strides[1] != 4 * Dv):
+    if v_cache.dtype != k_cache.dtype:
+        raise TypeError(f"{fn}(): k_cache and v_cache must have the same dtype")
+    es = k_cache.itemsize
+    if n_ctx > 1 and (k_cache.strides[1] != es * D or v_cache.strides[1] != es * Dv):
         raise ValueError(f"{fn}(): the positions of each head of k_cache and v_cache must be contiguous")
     if n_kv > n_ctx:
         raise ValueError(f"{fn}(): n_kv={n_kv} exceeds the cache length {n_ctx}")

@@ -1,4 +1,4 @@
-/* Causal / sliding-window grouped-query attention over a float32 KV cache.
+/* Causal / sliding-window grouped-query attention over a KV cache of float32 or IEEE half elements.
  *
  * How one (row, head) is computed, independently of everything else in the call:
  *   keys are cut into blocks of ATT_B absolute positions and blocks into superblocks of ATT_NB blocks;
@@ -8,8 +8,10 @@
  *   result:             the superblock partials merged in key order, then O / l.
  * A merge of (m, l, O) with (m', l', O') is m'' = max(m, m'), a = exp(m - m''), b = exp(m' - m''),
  * l = l*a + l'*b, O = O*a + O'*b. Blocks or superblocks holding no visible key of the row are skipped.
- * Every dot product uses the same lane layout and reduction tree, so the sequence of float operations is
- * fixed by the row's position, n_kv and window alone: rows are bit-identical whatever the batch or threads.
+ * Every dot product uses the same lane layout and reduction tree (whichever tile of queries and keys it is
+ * computed in), so the sequence of float operations is fixed by the row's position, n_kv and window alone:
+ * rows are bit-identical whatever the batch, their place in it or the threads. Keys a row cannot see get
+ * probability exactly 0, so sharing a pass over V with rows that do see them leaves its sums unchanged.
  *
  * Work is split over (kv head, tile of rows, subset of the group's query heads); the rows and heads of one
  * item share every K/V load. When that gives fewer items than threads (decode), items are also split by
@@ -30,8 +32,10 @@
 #define ATT_S (ATT_B * ATT_NB)  /* keys per superblock */
 #define ATT_RMAX 64             /* (row, head) pairs per work item */
 #define ATT_RC 4                /* (row, head) pairs sharing one pass over V */
+#define ATT_PAR_MIN (1 << 21)   /* multiply-adds below which a call runs on one thread */
 #define ATT_TK 4                /* keys per dot-product tile */
 #define ATT_TQ (VL / ATT_TK)    /* queries per dot-product tile */
+#define ATT_KC 16               /* keys per pass over the query tiles */
 #if VL == 16
 #define ATT_DS 4                /* vectors of V per pass */
 #else
@@ -41,10 +45,11 @@
 typedef struct {
     const float *q;
     ptrdiff_t q_s0, q_s1;
-    const float *k;
+    const void *k; /* float or IEEE half (kv16), as are v */
     ptrdiff_t k_s0;
-    const float *v;
+    const void *v;
     ptrdiff_t v_s0;
+    int kv16;
     const int32_t *pos;
     int M, H, Hkv, G, D, Dv, n_kv, window;
     float scale, softcap;
@@ -54,7 +59,7 @@ typedef struct {
 
 typedef struct {
     float *sc;   /* ATT_RMAX x ATT_B scores, then probabilities */
-    float *zero; /* D zeros: stands in for keys outside the computed range */
+    float *zero; /* D zeros (of either element type): stands in for keys outside the computed range */
     const float *qp[ATT_RMAX];
     int lo[ATT_RMAX], hi[ATT_RMAX]; /* visible keys [lo, hi) of each (row, head) */
 } att_ws;
@@ -78,10 +83,18 @@ static inline void att_range(const att_args *A, int i, int *lo, int *hi) {
 
 static inline int att_active(int lo, int hi, int s0, int s1) { return imax(lo, s0) < imin(hi, s1); }
 
+/* VL cache elements from element offset c of a row (h: the cache holds halves) */
+CUCA_INLINE vf att_ld(const void *row, ptrdiff_t c, const int h) {
+    return h ? v_load_h((const uint16_t *)row + c) : v_load((const float *)row + c);
+}
+CUCA_INLINE vf att_ld_n(const void *row, ptrdiff_t c, int n, const int h) {
+    return h ? v_load_h_n((const uint16_t *)row + c, n) : v_load_n((const float *)row + c, n);
+}
+
 /* VL dot products at once: lane a*ATT_TK + t = q_a . k_t (a < ATT_TQ, t < ATT_TK). Each is a chain of lane-wise
  * fused multiply-adds over D in order, then the one fixed reduction tree of v_reduce_t: the float operations of
  * a given (q, k) pair are the same whatever the other pairs of the tile are. */
-CUCA_INLINE vf att_dot_tile(const float *const *qp, const float *const *kp, int D) {
+CUCA_INLINE vf att_dot_tile(const float *const *qp, const void *const *kp, int D, const int h) {
     vf acc[VL];
 #pragma GCC unroll 16
     for (int j = 0; j < VL; ++j) acc[j] = v_zero();
@@ -92,7 +105,7 @@ CUCA_INLINE vf att_dot_tile(const float *const *qp, const float *const *kp, int 
         for (int a = 0; a < ATT_TQ; ++a) qv[a] = v_load(qp[a] + c);
 #pragma GCC unroll 4
         for (int t = 0; t < ATT_TK; ++t) {
-            vf kv = v_load(kp[t] + c);
+            vf kv = att_ld(kp[t], c, h);
 #pragma GCC unroll 4
             for (int a = 0; a < ATT_TQ; ++a) acc[a * ATT_TK + t] = v_fma(qv[a], kv, acc[a * ATT_TK + t]);
         }
@@ -102,7 +115,7 @@ CUCA_INLINE vf att_dot_tile(const float *const *qp, const float *const *kp, int 
         vf qv[ATT_TQ];
         for (int a = 0; a < ATT_TQ; ++a) qv[a] = v_load_n(qp[a] + c, n);
         for (int t = 0; t < ATT_TK; ++t) {
-            vf kv = v_load_n(kp[t] + c, n);
+            vf kv = att_ld_n(kp[t], c, n, h);
             for (int a = 0; a < ATT_TQ; ++a) acc[a * ATT_TK + t] = v_fma(qv[a], kv, acc[a * ATT_TK + t]);
         }
     }
@@ -111,15 +124,17 @@ CUCA_INLINE vf att_dot_tile(const float *const *qp, const float *const *kp, int 
 
 /* acc_r = sum_j p_r[j] v_j over j in [j0, j1) for nr rows and nv vectors of V starting at column d0 (the last
  * one holding `tail` floats when tail > 0); then os_r = os_r*fa_r + acc_r*fb_r */
-CUCA_INLINE void att_vpass(const int nr, const int nv, const int tail, const float *const *p, const float *vb,
-                           int Dv, int d0, int j0, int j1, float *const *os, const float *fa, const float *fb) {
+CUCA_INLINE void att_vpass(const int nr, const int nv, const int tail, const float *const *p, const void *vb,
+                           int Dv, int d0, int j0, int j1, float *const *os, const float *fa, const float *fb,
+                           const int h) {
     vf acc[ATT_RC][ATT_DS];
     for (int r = 0; r < nr; ++r)
         for (int t = 0; t < nv; ++t) acc[r][t] = v_zero();
     for (int j = j0; j < j1; ++j) {
-        const float *vj = vb + (ptrdiff_t)j * Dv + d0;
+        const ptrdiff_t e = (ptrdiff_t)j * Dv + d0;
         vf vv[ATT_DS];
-        for (int t = 0; t < nv; ++t) vv[t] = (tail && t == nv - 1) ? v_load_n(vj + t * VL, tail) : v_load(vj + t * VL);
+        for (int t = 0; t < nv; ++t)
+            vv[t] = (tail && t == nv - 1) ? att_ld_n(vb, e + t * VL, tail, h) : att_ld(vb, e + t * VL, h);
         for (int r = 0; r < nr; ++r) {
             vf pr = v_set1(p[r][j]);
             for (int t = 0; t < nv; ++t) acc[r][t] = v_fma(pr, vv[t], acc[r][t]);
@@ -139,18 +154,18 @@ CUCA_INLINE void att_vpass(const int nr, const int nv, const int tail, const flo
 }
 
 /* one V block for nra pairs in chunks of ATT_RC; column slices outer so each slice of V is reused from L1 */
-static void att_vblock(int nra, const float *const *p, const float *vb, int Dv, const int *j0s, const int *j1s,
-                       float *const *os, const float *fa, const float *fb) {
+CUCA_INLINE void att_vblock(int nra, const float *const *p, const void *vb, int Dv, const int *j0s, const int *j1s,
+                            float *const *os, const float *fa, const float *fb, const int h) {
 #define ATT_VCHUNKS(NV, TAIL)                                                                    \
     for (int t0 = 0; t0 < nra; t0 += ATT_RC) {                                                   \
         const int nr = imin(ATT_RC, nra - t0), c = t0 / ATT_RC;                                  \
         const float *const *pc = p + t0;                                                         \
         float *const *oc = os + t0;                                                              \
         switch (nr) {                                                                            \
-        case 1: att_vpass(1, NV, TAIL, pc, vb, Dv, d0, j0s[c], j1s[c], oc, fa + t0, fb + t0); break; \
-        case 2: att_vpass(2, NV, TAIL, pc, vb, Dv, d0, j0s[c], j1s[c], oc, fa + t0, fb + t0); break; \
-        case 3: att_vpass(3, NV, TAIL, pc, vb, Dv, d0, j0s[c], j1s[c], oc, fa + t0, fb + t0); break; \
-        default: att_vpass(4, NV, TAIL, pc, vb, Dv, d0, j0s[c], j1s[c], oc, fa + t0, fb + t0); break; \
+        case 1: att_vpass(1, NV, TAIL, pc, vb, Dv, d0, j0s[c], j1s[c], oc, fa + t0, fb + t0, h); break; \
+        case 2: att_vpass(2, NV, TAIL, pc, vb, Dv, d0, j0s[c], j1s[c], oc, fa + t0, fb + t0, h); break; \
+        case 3: att_vpass(3, NV, TAIL, pc, vb, Dv, d0, j0s[c], j1s[c], oc, fa + t0, fb + t0, h); break; \
+        default: att_vpass(4, NV, TAIL, pc, vb, Dv, d0, j0s[c], j1s[c], oc, fa + t0, fb + t0, h); break; \
         }                                                                                        \
     }
     int d0 = 0;
@@ -165,10 +180,12 @@ static void att_vblock(int nra, const float *const *p, const float *vb, int Dv, 
 
 /* Superblock partials of the R (row, head) pairs set up in W (all reading kv head g). For each pair with a
  * visible key in superblock sb: ms/ls/os[r] get (m_s, l_s, O_s); other pairs are left untouched. */
-static void att_superblock(const att_args *A, att_ws *W, int g, int R, int sb, float *const *os, float *ms,
-                           float *ls) {
+CUCA_INLINE void att_superblock_t(const att_args *A, att_ws *W, int g, int R, int sb, float *const *os, float *ms,
+                                  float *ls, const int h) {
     const int D = A->D, Dv = A->Dv;
-    const float *kh = A->k + g * A->k_s0, *vh = A->v + g * A->v_s0;
+    const size_t es = h ? 2 : 4; /* bytes per cache element */
+    const char *kh = (const char *)A->k + (ptrdiff_t)g * A->k_s0 * (ptrdiff_t)es;
+    const char *vh = (const char *)A->v + (ptrdiff_t)g * A->v_s0 * (ptrdiff_t)es;
     const int s0 = sb * ATT_S, s1 = s0 + ATT_S;
     const vf scale = v_set1(A->scale), cap = v_set1(A->softcap);
     const int softcap = A->softcap > 0.0f;
@@ -194,28 +211,34 @@ static void att_superblock(const att_args *A, att_ws *W, int g, int R, int sb, f
         }
         if (nra == 0) continue;
 
-        /* raw dot products, ATT_TK keys x ATT_TQ pairs at a time; the ATT_TK keys stay in L1 across the pairs.
-         * Keys outside [klo, khi) read a zero row; pairs past nra repeat the last one (results dropped). */
-        for (int kq = bs + (klo - bs) / ATT_TK * ATT_TK; kq < khi; kq += ATT_TK) {
-            const float *kp[ATT_TK];
-            for (int t = 0; t < ATT_TK; ++t) {
-                const int key = kq + t;
-                kp[t] = (key >= klo && key < khi) ? kh + (ptrdiff_t)key * D : W->zero;
-            }
+        /* raw dot products, ATT_TK keys x ATT_TQ pairs at a time, keys taken ATT_KC at a time so that both the
+         * keys and the queries of a tile stay in L1. Keys outside [klo, khi) read a zero row; pairs past nra
+         * repeat the last one (results dropped). */
+        for (int kc = bs + (klo - bs) / ATT_TK * ATT_TK; kc < khi; kc += ATT_KC) {
+            const int kc1 = imin(kc + ATT_KC, khi);
             for (int t0 = 0; t0 < nra; t0 += ATT_TQ) {
                 const float *qp[ATT_TQ];
-                int need = 0;
+                int rlo = INT_MAX, rhi = INT_MIN;
                 for (int a = 0; a < ATT_TQ; ++a) {
                     const int r = ra[imin(t0 + a, nra - 1)];
                     qp[a] = W->qp[r];
-                    need |= blo[r] < kq + ATT_TK && bhi[r] > kq;
+                    rlo = imin(rlo, blo[r]);
+                    rhi = imax(rhi, bhi[r]);
                 }
-                if (!need) continue;
-                float res[VL];
-                v_store(res, att_dot_tile(qp, kp, D));
-                for (int a = 0; a < ATT_TQ && t0 + a < nra; ++a) {
-                    float *dst = W->sc + ra[t0 + a] * ATT_B + (kq - bs);
-                    for (int t = 0; t < ATT_TK; ++t) dst[t] = res[a * ATT_TK + t];
+                for (int kq = kc; kq < kc1; kq += ATT_TK) {
+                    if (rlo >= kq + ATT_TK || rhi <= kq) continue; /* no pair of the tile sees these keys */
+                    const void *kp[ATT_TK];
+                    for (int t = 0; t < ATT_TK; ++t) {
+                        const int key = kq + t;
+                        kp[t] = (key >= klo && key < khi) ? (const void *)(kh + (ptrdiff_t)key * D * (ptrdiff_t)es)
+                                                          : (const void *)W->zero;
+                    }
+                    float res[VL];
+                    v_store(res, att_dot_tile(qp, kp, D, h));
+                    for (int a = 0; a < ATT_TQ && t0 + a < nra; ++a) {
+                        float *dst = W->sc + ra[t0 + a] * ATT_B + (kq - bs);
+                        for (int t = 0; t < ATT_TK; ++t) dst[t] = res[a * ATT_TK + t];
+                    }
                 }
             }
         }
@@ -273,8 +296,26 @@ static void att_superblock(const att_args *A, att_ws *W, int g, int R, int sb, f
             j0s[c] = imin(j0s[c], blo[r] - bs);
             j1s[c] = imax(j1s[c], bhi[r] - bs);
         }
-        att_vblock(nra, pp, vh + (ptrdiff_t)bs * Dv, Dv, j0s, j1s, op, ca, cb);
+        att_vblock(nra, pp, vh + (ptrdiff_t)bs * Dv * (ptrdiff_t)es, Dv, j0s, j1s, op, ca, cb, h);
     }
+}
+
+static void att_superblock_f32(const att_args *A, att_ws *W, int g, int R, int sb, float *const *os, float *ms,
+                               float *ls) {
+    att_superblock_t(A, W, g, R, sb, os, ms, ls, 0);
+}
+
+static void att_superblock_f16(const att_args *A, att_ws *W, int g, int R, int sb, float *const *os, float *ms,
+                               float *ls) {
+    att_superblock_t(A, W, g, R, sb, os, ms, ls, 1);
+}
+
+static void att_superblock(const att_args *A, att_ws *W, int g, int R, int sb, float *const *os, float *ms,
+                           float *ls) {
+    if (A->kv16)
+        att_superblock_f16(A, W, g, R, sb, os, ms, ls);
+    else
+        att_superblock_f32(A, W, g, R, sb, os, ms, ls);
 }
 
 /* (m, l, O) <- merge with (ms, ls, Os) */
@@ -390,18 +431,26 @@ static float *att_alloc(size_t nfloat) {
     return (float *)aligned_alloc(64, bytes ? bytes : 64);
 }
 
-int cuca_attention_f32(const float *q, ptrdiff_t q_s0, ptrdiff_t q_s1, const float *k, ptrdiff_t k_s0,
-                       const float *v, ptrdiff_t v_s0, const int32_t *q_pos, int M, int n_head, int n_kv_head,
-                       int hd_k, int hd_v, int n_ctx, int n_kv, int window, float scale, float softcap, float *out,
-                       ptrdiff_t o_s0, ptrdiff_t o_s1, int n_threads) {
+int cuca_attention(const float *q, ptrdiff_t q_s0, ptrdiff_t q_s1, const void *k, ptrdiff_t k_s0, const void *v,
+                   ptrdiff_t v_s0, int kv16, const int32_t *q_pos, int M, int n_head, int n_kv_head, int hd_k,
+                   int hd_v, int n_ctx, int n_kv, int window, float scale, float softcap, float *out, ptrdiff_t o_s0,
+                   ptrdiff_t o_s1, int n_threads) {
     if (M < 0 || n_head <= 0 || n_kv_head <= 0 || n_head % n_kv_head || hd_k <= 0 || hd_v <= 0 || n_ctx < 0 ||
         n_kv < 0 || n_kv > n_ctx || window < 0)
         return CUCA_EINVAL;
     if (M == 0) return CUCA_OK;
-    att_args A = {q, q_s0, q_s1, k, k_s0, v, v_s0, q_pos, M, n_head, n_kv_head, n_head / n_kv_head, hd_k, hd_v,
+    att_args A = {q, q_s0, q_s1, k, k_s0, v, v_s0, kv16 != 0, q_pos, M, n_head, n_kv_head, n_head / n_kv_head, hd_k, hd_v,
                   n_kv, window, scale, softcap, out, o_s0, o_s1};
     const int G = A.G;
-    const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+    /* multiply-adds of the call; small calls stay on one thread (a parallel region costs microseconds) */
+    double work = 0.0;
+    for (int i = 0; i < M; ++i) {
+        int lo, hi;
+        att_range(&A, i, &lo, &hi);
+        if (hi > lo) work += (double)(hi - lo);
+    }
+    work *= (double)n_head * (hd_k + hd_v);
+    const int nt = work < ATT_PAR_MIN ? 1 : n_threads > 0 ? n_threads : omp_get_max_threads();
 
     int HS = imin(G, ATT_RMAX), TR = imin(M, imax(1, ATT_RMAX / HS));
 #define ATT_NITEMS ((long)n_kv_head * ((M + TR - 1) / TR) * ((G + HS - 1) / HS))

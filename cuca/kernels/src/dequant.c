@@ -123,6 +123,7 @@ int cuca_getrows_gguf_f32(const void *w, int wtype, int64_t n_out, int64_t n_in,
     const size_t rb = (size_t)(n_in / bs) * (size_t)bytes;
     for (int64_t m = 0; m < M; m++)
         if (ids[m] < 0 || ids[m] >= n_out) return CUCA_EINVAL;
-    for (int64_t m = 0; m < M; m++) cuca_dequant_row((const uint8_t *)w + (size_t)ids[m] * rb, wtype, n_in, out + m * n_in);
+    for (int64_t m = 0; m < M; m++)
+        cuca_dequant_row((const uint8_t *)w + (size_t)ids[m] * rb, wtype, n_in, out + m * n_in);
     return CUCA_OK;
 }

@@ -33,9 +33,12 @@ static inline __attribute__((always_inline)) void f_tile(const int wt, const uin
     const float *x = A->xf + m0 * n;
     __m512 acc0[F_T], acc1[F_T];
     int64_t k = 0;
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
     for (; k + 32 <= n; k += 32) {
+        cuca_prefetch(w + k * (wt == GT_F32 ? 4 : 2), wt == GT_F32 ? 128 : 64);
         const __m512 w0 = f_load(wt, w, k, 0xFFFF), w1 = f_load(wt, w, k + 16, 0xFFFF);
+        #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
             acc0[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + r * n + k), acc0[r]);
             acc1[r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + r * n + k + 16), acc1[r]);
@@ -46,11 +49,13 @@ static inline __attribute__((always_inline)) void f_tile(const int wt, const uin
         const __mmask16 m0m = (__mmask16)(rem >= 16 ? 0xFFFF : (1u << rem) - 1);
         const __mmask16 m1m = (__mmask16)(rem <= 16 ? 0 : (1u << (rem - 16)) - 1);
         const __m512 w0 = f_load(wt, w, k, m0m), w1 = f_load(wt, w, k + 16, m1m);
+        #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
             acc0[r] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0m, x + r * n + k), acc0[r]);
             if (rem > 16) acc1[r] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1m, x + r * n + k + 16), acc1[r]);
         }
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(_mm512_add_ps(acc0[r], acc1[r]));
 }
 
@@ -76,14 +81,18 @@ static inline __attribute__((always_inline)) void f_tile(const int wt, const uin
     const float *x = A->xf + m0 * n;
     __m256 acc0[F_T], acc1[F_T];
     int64_t k = 0;
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
     for (; k + 16 <= n; k += 16) {
+        cuca_prefetch(w + k * (wt == GT_F32 ? 4 : 2), wt == GT_F32 ? 64 : 32);
         const __m256 w0 = f_load(wt, w, k), w1 = f_load(wt, w, k + 8);
+        #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
             acc0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * n + k), acc0[r]);
             acc1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * n + k + 8), acc1[r]);
         }
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) {
         float s = hsum256(_mm256_add_ps(acc0[r], acc1[r]));
         for (int64_t j = k; j < n; j++) {
@@ -112,25 +121,21 @@ static inline void f_tile(const int wt, const uint8_t *w, const cuca_act *A, int
             else if (wt == GT_F16) wv[l] = cuca_h2f(cuca_ld16(w + 2 * (k + l)));
             else { uint32_t b = (uint32_t)cuca_ld16(w + 2 * (k + l)) << 16; memcpy(wv + l, &b, 4); }
         }
+        #pragma GCC unroll 8
         for (int r = 0; r < nr; r++)
             for (int l = 0; l < len; l++) s[r][l] += wv[l] * x[r * n + k + l];
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++)
         out[r * ldo] = ((s[r][0] + s[r][1]) + (s[r][2] + s[r][3])) + ((s[r][4] + s[r][5]) + (s[r][6] + s[r][7]));
 }
 #endif
 
-#define FC(wt, n) case n: f_tile(wt, w, A, m0, n, out, ldo); break
 #if F_T == 8
-#define F_DISPATCH(wt) switch (nr) { FC(wt, 1); FC(wt, 2); FC(wt, 3); FC(wt, 4); FC(wt, 5); FC(wt, 6); \
-    FC(wt, 7); FC(wt, 8); default: break; }
+#define F_FN(name, wt) CUCA_TILE_FN(name, f_tile, wt, 8)
 #else
-#define F_DISPATCH(wt) switch (nr) { FC(wt, 1); FC(wt, 2); FC(wt, 3); FC(wt, 4); default: break; }
+#define F_FN(name, wt) CUCA_TILE_FN(name, f_tile, wt, 4)
 #endif
-#define F_FN(name, wt) \
-    static void name(const uint8_t *w, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo) { \
-        F_DISPATCH(wt) \
-    }
 F_FN(tile_f32, GT_F32)
 F_FN(tile_f16, GT_F16)
 F_FN(tile_bf16, GT_BF16)
@@ -166,16 +171,20 @@ int cuca_matmul_gguf_f32(const void *w, int wtype, int64_t n_out, int64_t n_in, 
     const int64_t nblocks = (n_out + ROW_BLOCK - 1) / ROW_BLOCK;
     const double work = (double)n_out * (double)rb * (double)((M + tile - 1) / tile) + (double)M * (double)n_in;
     nt = n_threads > 0 ? n_threads : omp_get_max_threads();
-    if (work < 65536.0) nt = 1;
+    if (n_threads == 0 && work < 65536.0) nt = 1; /* automatic: small problems are not worth a fork */
     if (nt > nblocks) nt = (int)nblocks;
     if (nt < 1) nt = 1;
 
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         const int nth = omp_get_num_threads(), tid = omp_get_thread_num();
-        if (A.kind != ACT_F32) {
+        if (A.kind != ACT_F32) { /* in chunks of 512 values, so that one row is shared out too */
+            const int64_t per = A.kind == ACT_Q8_K ? 2 : 16, nch = (A.nblk + per - 1) / per;
 #pragma omp for schedule(static)
-            for (int64_t m = 0; m < M; m++) cuca_act_quantize_row(&A, x + m * n_in, m);
+            for (int64_t u = 0; u < M * nch; u++) {
+                const int64_t m = u / nch, lo = u % nch * per, hi = lo + per < A.nblk ? lo + per : A.nblk;
+                cuca_act_quantize(&A, x + m * n_in, m, lo, hi);
+            }
         }
         /* contiguous ranges of whole row blocks, as even as possible */
         const int64_t b_lo = nblocks * tid / nth, b_hi = nblocks * (tid + 1) / nth;
@@ -183,8 +192,8 @@ int cuca_matmul_gguf_f32(const void *w, int wtype, int64_t n_out, int64_t n_in, 
             const int64_t n_lo = blk * ROW_BLOCK, n_hi = n_lo + ROW_BLOCK < n_out ? n_lo + ROW_BLOCK : n_out;
             for (int64_t m0 = 0; m0 < M; m0 += tile) {
                 const int nr = M - m0 < tile ? (int)(M - m0) : tile;
-                for (int64_t n = n_lo; n < n_hi; n++)
-                    fn((const uint8_t *)w + (size_t)n * rb, &A, m0, nr, out + m0 * n_out + n, n_out);
+                fn((const uint8_t *)w + (size_t)n_lo * rb, rb, (int)(n_hi - n_lo), &A, m0, nr, out + m0 * n_out + n_lo,
+                   n_out);
             }
         }
     }

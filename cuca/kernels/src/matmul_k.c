@@ -1,29 +1,32 @@
-/* Tile kernels for the 256-element K formats Q4_K, Q5_K, Q6_K against Q8_K activations.
+/* Tile kernels for the 256-value K formats Q4_K, Q5_K, Q6_K against Q8_K activations.
  *
- * Per superblock the integer sum  sumi = sum_j scale_j * sum(code * a)  is exact (u8 x s8 pair products, then
- * 16-bit scales into 32-bit lanes); Q6_K's code offset 32 enters through the activation block sums
- * (-32 * scale_k * bsum_k), and Q4_K/Q5_K's mins through  summ = sum_k min_(k/2) * bsum_k. Then, in float32,
- * acc += (sumi lanes * da) * dw  and  accm += (summ lanes * da) * dmin,  result = hsum(acc) - hsum(accm), the
- * same sequence for each x row in every tile size. */
+ * Every integer partial sum is exact; only its float scaling is ordered, the same for each x row in every tile.
+ * AVX-512: one zmm holds a whole superblock, with 2 lanes per 32-value group (Q4_K/Q5_K) or 1 lane per
+ *   16-value group (Q6_K), so four dpbusd leave per-group sums in the lanes. Per x row and superblock
+ *   acc += (sumi lanes * (dw * scale_g) [+ group sums * (-dmin * min_g)]) * da; Q6_K's code offset 32 seeds
+ *   the integer sums as -32 * bsum_g. One horizontal sum at the end.
+ * AVX2: u8 x s8 pair products and 16-bit scales into 32-bit lanes (maddubs, madd) per 32 values, then per
+ *   superblock acc += (sumi lanes * da) * dw and accm += (mins . bsums lanes * da) * dmin.
+ * Portable C: the same per superblock with scalar integer sums. */
 #include "qmatmul.h"
 
 #define QKB(wt) ((wt) == GT_Q4_K ? 144 : (wt) == GT_Q5_K ? 176 : 210)
 
 #if defined(CUCA_AVX512)
 #define QK_T 8
-#if defined(__AVX512VNNI__)
-#define DPWSSD(acc, a, b) _mm512_dpwssd_epi32((acc), (a), (b))
-#else
-#define DPWSSD(acc, a, b) _mm512_add_epi32((acc), _mm512_madd_epi16((a), (b)))
-#endif
 #else
 #define QK_T 4
 #endif
 
-/* Does the activation buffer store each superblock's 32-groups in the order 0 2 1 3 4 6 5 7? */
-int cuca_qk_perm(int wtype) {
+/* Activation layout of a superblock (the 64-byte "bs" area follows the 256 codes):
+ *   0 (AVX2, portable): natural codes; bs = 16 int16 sums of 16 values, then 16 zeros.
+ *   1 (AVX-512 Q4_K/Q5_K): code byte 64k + 8i + t = value 32i + 8k + t (k < 4, i < 8, t < 8);
+ *     bs = 16 floats, lane 2i = sum of 32-group i, lane 2i+1 = 0.
+ *   2 (AVX-512 Q6_K): code byte 64k + 4i + t = value 16i + 4k + t (k < 4, i < 16, t < 4);
+ *     bs = 16 int32, lane i = -32 * sum of 16-group i (Q6_K's code offset, seeding the integer sums). */
+int cuca_qk_layout(int wtype) {
 #if defined(CUCA_AVX512)
-    return wtype == GT_Q4_K || wtype == GT_Q5_K;
+    return wtype == GT_Q4_K || wtype == GT_Q5_K ? 1 : wtype == GT_Q6_K ? 2 : 0;
 #else
     (void)wtype;
     return 0;
@@ -39,104 +42,120 @@ static inline float hsum512(__m512 v) {
     return _mm_cvtss_f32(b);
 }
 
-static inline __m512i dup2x32(char lo, char hi) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8(lo)), _mm256_set1_epi8(hi), 1);
+static inline uint64_t cuca_ld64(const void *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+/* Q6_K: one zmm holds a whole superblock, lane i for 16-group i: four dpbusd (seeded with -32 * bsum_i) give
+ * the exact per-group sums. Per row acc += ((sumi lanes) * (dw * scale_i)) * da. */
+static inline __attribute__((always_inline)) void q6k_tile(const uint8_t *w, const cuca_act *A, int64_t m0,
+                                                           const int nr, float *out, int64_t ldo) {
+    /* for lane i = 8h + s (half h, group s): the dword of the 128 low-bit bytes / 64 high-bit bytes that holds
+     * values 4k .. 4k+3 of the group, and the rotation that brings its two high bits to bits 4-5 */
+    static const int32_t lidx[4][16] = {
+        {0, 4, 8, 12, 0, 4, 8, 12, 16, 20, 24, 28, 16, 20, 24, 28},
+        {1, 5, 9, 13, 1, 5, 9, 13, 17, 21, 25, 29, 17, 21, 25, 29},
+        {2, 6, 10, 14, 2, 6, 10, 14, 18, 22, 26, 30, 18, 22, 26, 30},
+        {3, 7, 11, 15, 3, 7, 11, 15, 19, 23, 27, 31, 19, 23, 27, 31}};
+    static const int32_t hidx[4][16] = {
+        {0, 4, 0, 4, 0, 4, 0, 4, 8, 12, 8, 12, 8, 12, 8, 12},
+        {1, 5, 1, 5, 1, 5, 1, 5, 9, 13, 9, 13, 9, 13, 9, 13},
+        {2, 6, 2, 6, 2, 6, 2, 6, 10, 14, 10, 14, 10, 14, 10, 14},
+        {3, 7, 3, 7, 3, 7, 3, 7, 11, 15, 11, 15, 11, 15, 11, 15}};
+    static const int32_t rot[16] = {4, 4, 2, 2, 0, 0, 30, 30, 4, 4, 2, 2, 0, 0, 30, 30};
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), rv = _mm512_loadu_si512(rot);
+    __m512 acc[QK_T];
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < A->nblk; sb++) {
+        const uint8_t *b = w + sb * QKB(GT_Q6_K);
+        cuca_prefetch(b, QKB(GT_Q6_K));
+        const __m512i l0 = _mm512_loadu_si512(b), l1 = _mm512_loadu_si512(b + 64), qh = _mm512_loadu_si512(b + 128);
+        __m512i u[4];
+        for (int k = 0; k < 4; k++) {
+            __m512i y = _mm512_permutex2var_epi32(l0, _mm512_loadu_si512(lidx[k]), l1);
+            y = _mm512_and_si512(_mm512_mask_srli_epi32(y, 0xF0F0, y, 4), m4);
+            const __m512i h = _mm512_rolv_epi32(_mm512_permutexvar_epi32(_mm512_loadu_si512(hidx[k]), qh), rv);
+            u[k] = _mm512_or_si512(y, _mm512_and_si512(h, m30));
+        }
+        const __m512 w1 = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192)))),
+            _mm512_set1_ps(cuca_h2f(cuca_ld16(b + 208))));
+        #pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
+            const int8_t *a = ACT_QS(A, m0 + r) + QKK * sb;
+            __m512i c0 = _mm512_dpbusd_epi32(_mm512_load_si512(ACT_BS(A, m0 + r) + 32 * sb), u[0],
+                                             _mm512_load_si512(a));
+            __m512i c1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[1], _mm512_load_si512(a + 64));
+            c0 = _mm512_dpbusd_epi32(c0, u[2], _mm512_load_si512(a + 128));
+            c1 = _mm512_dpbusd_epi32(c1, u[3], _mm512_load_si512(a + 192));
+            const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c0, c1)), w1);
+            acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(ACT_D(A, m0 + r)[sb]), acc[r]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(acc[r]);
 }
 
-typedef struct {
-    __m512i u[4], v[4], c; /* codes (u8), 16-bit scales per code pair, 16-bit factors for the bsums */
-    __m512 d, dm;
-} kblock;
-
-static inline __attribute__((always_inline)) void k_unpack(const int wt, const uint8_t *b, kblock *k) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    if (wt == GT_Q6_K) {
-        const uint8_t *ql = b, *qh = b + 128;
-        const __m512i mlo = dup2x32(0x03, 0x0C), mhi = dup2x32(0x30, (char)0xC0);
-        const __m512i slo = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-        const __m512i shi = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-        for (int h = 0; h < 2; h++) {
-            __m512i L = _mm512_loadu_si512(ql + 64 * h);
-            __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qh + 32 * h)));
-            __m512i lo = _mm512_and_si512(L, m4), hi = _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
-            k->u[2 * h] = _mm512_or_si512(lo, _mm512_sllv_epi16(_mm512_and_si512(H, mlo), slo));
-            k->u[2 * h + 1] = _mm512_or_si512(hi, _mm512_srlv_epi16(_mm512_and_si512(H, mhi), shi));
+/* Q4_K/Q5_K: one zmm holds a whole superblock, lanes 2i and 2i+1 for 32-group i, so four dpbusd give the
+ * per-group sums. Per row acc += ((sumi lanes) * (dw * scale_i) + (group sums) * (-dmin * min_i)) * da. */
+static inline __attribute__((always_inline)) void q4k_tile(const int wt, const uint8_t *w, const cuca_act *A,
+                                                           int64_t m0, const int nr, float *out, int64_t ldo) {
+    static const int64_t qidx[4][8] = {{0, 0, 4, 4, 8, 8, 12, 12}, {1, 1, 5, 5, 9, 9, 13, 13},
+                                       {2, 2, 6, 6, 10, 10, 14, 14}, {3, 3, 7, 7, 11, 11, 15, 15}};
+    static const int32_t sidx[16] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7};
+    static const int32_t midx[16] = {8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15};
+    /* byte 8i + t of a group-interleaved vector <- bit i of qh byte t */
+    static const uint8_t hsel[64] = {
+        0, 8, 16, 24, 32, 40, 48, 56, 1, 9, 17, 25, 33, 41, 49, 57,
+        2, 10, 18, 26, 34, 42, 50, 58, 3, 11, 19, 27, 35, 43, 51, 59,
+        4, 12, 20, 28, 36, 44, 52, 60, 5, 13, 21, 29, 37, 45, 53, 61,
+        6, 14, 22, 30, 38, 46, 54, 62, 7, 15, 23, 31, 39, 47, 55, 63};
+    const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16), hs = _mm512_loadu_si512(hsel);
+    __m512 acc[QK_T];
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < A->nblk; sb++) {
+        const uint8_t *b = w + sb * QKB(wt), *qs = b + (wt == GT_Q5_K ? 48 : 16);
+        cuca_prefetch(b, QKB(wt));
+        const __m512i q0 = _mm512_loadu_si512(qs), q1 = _mm512_loadu_si512(qs + 64);
+        __m512i u[4];
+        for (int k = 0; k < 4; k++) {
+            const __m512i y = _mm512_permutex2var_epi64(q0, _mm512_loadu_si512(qidx[k]), q1);
+            u[k] = _mm512_and_si512(_mm512_mask_srli_epi64(y, 0xAA, y, 4), m4);
+            if (wt == GT_Q5_K) {
+                const __m512i h = _mm512_set1_epi64((long long)cuca_ld64(b + 16 + 8 * k));
+                u[k] = _mm512_mask_add_epi8(u[k], _mm512_bitshuffle_epi64_mask(h, hs), u[k], sixteen);
+            }
         }
-        __m512i s = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192))));
-        for (int j = 0; j < 4; j++) {
-            const __m512i idx = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_setr_epi16(4 * j, 4 * j, 4 * j, 4 * j, 4 * j, 4 * j, 4 * j, 4 * j,
-                    4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1)),
-                _mm256_setr_epi16(4 * j + 2, 4 * j + 2, 4 * j + 2, 4 * j + 2, 4 * j + 2, 4 * j + 2, 4 * j + 2,
-                    4 * j + 2, 4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 3),
-                1);
-            k->v[j] = _mm512_permutexvar_epi16(idx, s);
+        uint64_t sc, mn;
+        k4_scales(b + 4, &sc, &mn);
+        const __m512i s32 = _mm512_cvtepu8_epi32(_mm_set_epi64x((long long)mn, (long long)sc));
+        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)cuca_ld32(b)));
+        const __m512 w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(_mm512_loadu_si512(sidx), s32)),
+                                        _mm512_broadcastss_ps(dd));
+        const __m512 w2 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(_mm512_loadu_si512(midx), s32)),
+                                        _mm512_sub_ps(_mm512_setzero_ps(), _mm512_broadcastss_ps(_mm_movehdup_ps(dd))));
+        #pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
+            const int8_t *a = ACT_QS(A, m0 + r) + QKK * sb;
+            __m512i c0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], _mm512_load_si512(a));
+            __m512i c1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[1], _mm512_load_si512(a + 64));
+            c0 = _mm512_dpbusd_epi32(c0, u[2], _mm512_load_si512(a + 128));
+            c1 = _mm512_dpbusd_epi32(c1, u[3], _mm512_load_si512(a + 192));
+            __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c0, c1)), w1);
+            t = _mm512_fmadd_ps(_mm512_load_ps((const float *)(ACT_BS(A, m0 + r) + 32 * sb)), w2, t);
+            acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(ACT_D(A, m0 + r)[sb]), acc[r]);
         }
-        k->c = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(),
-                                                       _mm256_slli_epi16(_mm512_castsi512_si256(s), 5)));
-        k->d = _mm512_set1_ps(cuca_h2f(cuca_ld16(b + 208)));
-        k->dm = _mm512_setzero_ps();
-        return;
     }
-    const uint8_t *qs = b + (wt == GT_Q5_K ? 48 : 16);
-    __m512i z0 = _mm512_loadu_si512(qs), z1 = _mm512_loadu_si512(qs + 64);
-    k->u[0] = _mm512_and_si512(z0, m4); /* groups 0 | 2 */
-    k->u[1] = _mm512_and_si512(_mm512_srli_epi16(z0, 4), m4); /* 1 | 3 */
-    k->u[2] = _mm512_and_si512(z1, m4); /* 4 | 6 */
-    k->u[3] = _mm512_and_si512(_mm512_srli_epi16(z1, 4), m4); /* 5 | 7 */
-    if (wt == GT_Q5_K) {
-        const __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
-        const __m512i sixteen = _mm512_set1_epi8(16);
-        const char bit[4][2] = {{0x01, 0x04}, {0x02, 0x08}, {0x10, 0x40}, {0x20, (char)0x80}};
-        for (int j = 0; j < 4; j++) {
-            __mmask64 m = _mm512_test_epi8_mask(H, dup2x32(bit[j][0], bit[j][1]));
-            k->u[j] = _mm512_mask_add_epi8(k->u[j], m, k->u[j], sixteen);
-        }
-    }
-    uint64_t sc, mn;
-    k4_scales(b + 4, &sc, &mn);
-    __m512i s = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_set_epi64x((long long)mn, (long long)sc)));
-    const short g[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
-    for (int j = 0; j < 4; j++)
-        k->v[j] = _mm512_permutexvar_epi16(
-            _mm512_inserti64x4(_mm512_set1_epi16(g[j][0]), _mm256_set1_epi16(g[j][1]), 1), s);
-    static const int16_t mins_idx[32] = {8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15,
-                                         8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15};
-    k->c = _mm512_permutexvar_epi16(_mm512_loadu_si512(mins_idx), s);
-    __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)cuca_ld32(b)));
-    k->d = _mm512_broadcastss_ps(dd);
-    k->dm = _mm512_broadcastss_ps(_mm_movehdup_ps(dd));
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(acc[r]);
 }
 
 static inline __attribute__((always_inline)) void qk_tile(const int wt, const uint8_t *w, const cuca_act *A,
                                                           int64_t m0, const int nr, float *out, int64_t ldo) {
-    const int64_t nsb = A->nblk;
-    const int mins = wt != GT_Q6_K;
-    __m512 acc[QK_T], accm[QK_T];
-    for (int r = 0; r < nr; r++) acc[r] = accm[r] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++) {
-        kblock k;
-        k_unpack(wt, w + sb * QKB(wt), &k);
-        for (int r = 0; r < nr; r++) {
-            const int8_t *a = ACT_QS(A, m0 + r) + QKK * sb;
-            const __m512i bs = _mm512_load_si512(ACT_BS(A, m0 + r) + 32 * sb);
-            const __m512 da = _mm512_set1_ps(ACT_D(A, m0 + r)[sb]);
-            __m512i i0 = _mm512_maddubs_epi16(k.u[0], _mm512_load_si512(a));
-            __m512i i1 = _mm512_maddubs_epi16(k.u[1], _mm512_load_si512(a + 64));
-            i0 = DPWSSD(_mm512_setzero_si512(), i0, k.v[0]);
-            i1 = DPWSSD(_mm512_setzero_si512(), i1, k.v[1]);
-            i0 = DPWSSD(i0, _mm512_maddubs_epi16(k.u[2], _mm512_load_si512(a + 128)), k.v[2]);
-            i1 = DPWSSD(i1, _mm512_maddubs_epi16(k.u[3], _mm512_load_si512(a + 192)), k.v[3]);
-            if (!mins) i0 = DPWSSD(i0, bs, k.c);
-            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), da);
-            acc[r] = _mm512_fmadd_ps(f, k.d, acc[r]);
-            if (mins) {
-                __m512 g = _mm512_mul_ps(_mm512_cvtepi32_ps(DPWSSD(_mm512_setzero_si512(), bs, k.c)), da);
-                accm[r] = _mm512_fmadd_ps(g, k.dm, accm[r]);
-            }
-        }
-    }
-    for (int r = 0; r < nr; r++) out[r * ldo] = mins ? hsum512(acc[r]) - hsum512(accm[r]) : hsum512(acc[r]);
+    if (wt == GT_Q6_K)
+        q6k_tile(w, A, m0, nr, out, ldo);
+    else
+        q4k_tile(wt, w, A, m0, nr, out, ldo);
 }
 
 #elif defined(CUCA_AVX2)
@@ -173,9 +192,11 @@ static inline __attribute__((always_inline)) void qk_tile(const int wt, const ui
                                                           int64_t m0, const int nr, float *out, int64_t ldo) {
     const int mins = wt != GT_Q6_K;
     __m256 acc[QK_T], accm[QK_T];
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) acc[r] = accm[r] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < A->nblk; sb++) {
         const uint8_t *b = w + sb * QKB(wt);
+        cuca_prefetch(b, QKB(wt));
         __m256i isum[QK_T], sc16, cf;
         int16_t scl[16];
         float dw, dmin = 0.0f;
@@ -198,17 +219,20 @@ static inline __attribute__((always_inline)) void qk_tile(const int wt, const ui
             dw = cuca_h2f(cuca_ld16(b));
             dmin = cuca_h2f(cuca_ld16(b + 2));
         }
+        #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) isum[r] = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
             const __m256i u = k_group(wt, b, j);
             const __m256i s = wt == GT_Q6_K
                 ? _mm256_set_m128i(_mm_set1_epi16(scl[2 * j + 1]), _mm_set1_epi16(scl[2 * j]))
                 : _mm256_set1_epi16(scl[j]);
+            #pragma GCC unroll 8
             for (int r = 0; r < nr; r++) {
                 __m256i a = _mm256_load_si256((const __m256i *)(ACT_QS(A, m0 + r) + QKK * sb + 32 * j));
                 isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), s));
             }
         }
+        #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
             const __m256i bs = _mm256_load_si256((const __m256i *)(ACT_BS(A, m0 + r) + 32 * sb));
             const __m256 da = _mm256_set1_ps(ACT_D(A, m0 + r)[sb]);
@@ -219,6 +243,7 @@ static inline __attribute__((always_inline)) void qk_tile(const int wt, const ui
                 accm[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(im), da), _mm256_set1_ps(dmin), accm[r]);
         }
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) out[r * ldo] = mins ? hsum256(acc[r]) - hsum256(accm[r]) : hsum256(acc[r]);
 }
 
@@ -233,6 +258,7 @@ static inline void qk_tile(const int wt, const uint8_t *w, const cuca_act *A, in
         const float dw = cuca_h2f(cuca_ld16(wt == GT_Q6_K ? b + 208 : b));
         const float dmin = mins ? cuca_h2f(cuca_ld16(b + 2)) : 0.0f;
         cuca_codes_k(wt, b, code, scale, mn);
+        #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
             const int8_t *a = ACT_QS(A, m0 + r) + QKK * sb;
             const int16_t *bs = ACT_BS(A, m0 + r) + 32 * sb;
@@ -249,21 +275,16 @@ static inline void qk_tile(const int wt, const uint8_t *w, const cuca_act *A, in
             if (mins) accm[r] += (dmin * da) * (float)summ;
         }
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) out[r * ldo] = acc[r] - accm[r];
 }
 #endif
 
-#define QKC(wt, n) case n: qk_tile(wt, w, A, m0, n, out, ldo); break
 #if QK_T == 8
-#define QK_DISPATCH(wt) switch (nr) { QKC(wt, 1); QKC(wt, 2); QKC(wt, 3); QKC(wt, 4); \
-    QKC(wt, 5); QKC(wt, 6); QKC(wt, 7); QKC(wt, 8); default: break; }
+#define QK_FN(name, wt) CUCA_TILE_FN(name, qk_tile, wt, 8)
 #else
-#define QK_DISPATCH(wt) switch (nr) { QKC(wt, 1); QKC(wt, 2); QKC(wt, 3); QKC(wt, 4); default: break; }
+#define QK_FN(name, wt) CUCA_TILE_FN(name, qk_tile, wt, 4)
 #endif
-#define QK_FN(name, wt) \
-    static void name(const uint8_t *w, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo) { \
-        QK_DISPATCH(wt) \
-    }
 QK_FN(tile_q4_k, GT_Q4_K)
 QK_FN(tile_q5_k, GT_Q5_K)
 QK_FN(tile_q6_k, GT_Q6_K)

@@ -1,26 +1,18 @@
-/* Tile kernels for the 32-element block formats Q8_0, Q4_0, Q5_0 (with Q8_0 activations) and Q4_1, Q5_1 (with
- * Q8_1 activations).
+/* Tile kernels for the 32-value block formats Q8_0, Q4_0, Q5_0 (against Q8_0 activations) and Q4_1, Q5_1
+ * (against Q8_1 activations).
  *
- * Per block b the exact integer dot sumi_b = sum(code * a) is formed, then scaled by dw_b * da_b in float32
- * (plus mw_b * s_b for the formats with a min). Weight codes are fed unsigned to the u8 x s8 dot instructions;
- * the code offset (8, 16, or 128 for Q8_0's sign flip) comes back through the activation correction
- * c = -off * sum(a), which seeds the integer accumulator. Each x row gets the same float sequence in every
- * tile size: lane-wise products accumulated over block pairs into two alternating accumulators, then one
- * fixed horizontal sum. */
+ * Per block b the exact integer dot sumi_b = sum(code * a) is scaled by dw_b * da_b in float32 (plus mw_b * s_b
+ * for the formats with a min). Weight codes enter the u8 x s8 dot instructions unsigned; the code offset (8, 16,
+ * or 128 for Q8_0's sign flip) comes back through the activation correction c = -off * sum(a), which seeds the
+ * integer accumulator.
+ * AVX-512: a zmm holds 4 blocks, 4 lanes each (two dpbusd cover the 32 values); the weight bytes are gathered
+ *   with two-source byte permutes. Per x row and group of 4 blocks acc += (sumi lanes * da) * dw, alternating
+ *   between two accumulators, then one fixed horizontal sum.
+ * AVX2: the same per block, 8 lanes each. Portable C: scalar, block by block.
+ * Every tile size runs the same float sequence for each x row. */
 #include "qmatmul.h"
 
 #if defined(CUCA_AVX512)
-#if defined(__AVX512VNNI__)
-#define DPBUSD(acc, u, s) _mm512_dpbusd_epi32((acc), (u), (s))
-#else /* exact fallback: widen both operands to 16 bits */
-static inline __m512i dpbusd_emu(__m512i acc, __m512i u, __m512i s) {
-    const __m512i lo8 = _mm512_set1_epi16(0x00FF);
-    __m512i ul = _mm512_and_si512(u, lo8), uh = _mm512_srli_epi16(u, 8);
-    __m512i sl = _mm512_srai_epi16(_mm512_slli_epi16(s, 8), 8), sh = _mm512_srai_epi16(s, 8);
-    return _mm512_add_epi32(acc, _mm512_add_epi32(_mm512_madd_epi16(ul, sl), _mm512_madd_epi16(uh, sh)));
-}
-#define DPBUSD(acc, u, s) dpbusd_emu((acc), (u), (s))
-#endif
 #define QA_T 8
 #elif defined(CUCA_AVX2)
 #define QA_T 4
@@ -39,11 +31,43 @@ int cuca_qa_offset(int wtype) {
 #endif
 }
 
-/* block bytes; offsets of the fp16 min, of the 32 high bits, of the codes */
+/* block bytes; offsets of the 32 high bits and of the codes */
 #define QA_BYTES(wt) ((wt) == GT_Q8_0 ? 34 : (wt) == GT_Q4_0 ? 18 : (wt) == GT_Q4_1 ? 20 : (wt) == GT_Q5_0 ? 22 : 24)
 #define QA_HASMIN(wt) ((wt) == GT_Q4_1 || (wt) == GT_Q5_1)
 #define QA_QH(wt) ((wt) == GT_Q5_0 ? 2 : 4)
 #define QA_QS(wt) ((wt) == GT_Q8_0 ? 2 : (wt) == GT_Q4_0 ? 2 : (wt) == GT_Q4_1 ? 4 : (wt) == GT_Q5_0 ? 6 : 8)
+
+/* Byte / word indices of the AVX-512 group unpacking (see qa_unpack4): for a group of 4 blocks loaded as
+ * A = bytes [0, 64) and B = bytes [base, base + 64) (base = group bytes - 64; for Q8_0 two such pairs),
+ * tbl[0]: codes of each block (Q8_0: values 0..15), tbl[1]: Q5 high-bit words twice per block (Q8_0: values
+ * 16..31), tbl[2] / tbl[3]: fp16 d / m of block j repeated 4 times (words), tbl[4] / tbl[5]: bit selectors of
+ * the low / high 16 values. */
+void cuca_qa_tables(int wt, uint8_t tbl[6][64]) {
+    const int bytes = QA_BYTES(wt), base = wt == GT_Q8_0 ? 56 : 4 * bytes - 64;
+    memset(tbl, 0, 6 * 64);
+    for (int j = 0; j < 4; j++)
+        for (int t = 0; t < 16; t++) {
+            const int i = 16 * j + t, e = bytes * j; /* block start */
+            int p = e + QA_QS(wt) + t;
+            tbl[0][i] = (uint8_t)(p < 64 ? p : 64 + p - base);
+            if (wt == GT_Q8_0) {
+                p = e + t; /* value 16 + t, relative to the second pair of loads at 18 and 72 */
+                tbl[1][i] = (uint8_t)(p < 64 ? p : 64 + p + 18 - 72);
+            } else {
+                p = e + QA_QH(wt) + (t & 3);
+                tbl[1][i] = (uint8_t)(p < 64 ? p : 64 + p - base);
+            }
+            tbl[4][i] = (uint8_t)t;
+            tbl[5][i] = (uint8_t)(16 + t);
+        }
+    for (int j = 0; j < 4; j++)
+        for (int u = 0; u < 4; u++)
+            for (int k = 0; k < 2; k++) {
+                const int wi = 4 * j + u, w = (bytes * j) / 2 + k; /* word of d (k = 0) or m (k = 1) */
+                const uint16_t v = (uint16_t)(w < 32 ? w : 32 + w - base / 2);
+                memcpy(tbl[2 + k] + 2 * wi, &v, 2);
+            }
+}
 
 #if defined(CUCA_AVX512)
 static inline float hsum512(__m512 v) {
@@ -54,73 +78,82 @@ static inline float hsum512(__m512 v) {
     return _mm_cvtss_f32(b);
 }
 
-/* Unpack blocks b0, b1 into 64 unsigned codes (natural order), [dw0 x8 | dw1 x8] and [mw0 x8 | mw1 x8]. */
-static inline __attribute__((always_inline)) void qa_unpack(const int wt, const uint8_t *b0, const uint8_t *b1,
-                                                            __m512i *wv, __m512 *wd, __m512 *wm) {
-    if (wt == GT_Q8_0) {
-        __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
-                                       _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1);
-        *wv = _mm512_xor_si512(z, _mm512_set1_epi8((char)0x80));
-    } else {
-        const int qs = QA_QS(wt);
-        __m256i l0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + qs)));
-        __m256i l1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b1 + qs)));
-        __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(l0), l1, 1);
-        z = _mm512_mask_srli_epi16(z, 0xFF00FF00u, z, 4);
-        z = _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
-        if (wt == GT_Q5_0 || wt == GT_Q5_1) {
-            uint64_t hb = (uint64_t)cuca_ld32(b0 + QA_QH(wt)) | ((uint64_t)cuca_ld32(b1 + QA_QH(wt)) << 32);
-            z = _mm512_mask_add_epi8(z, _cvtu64_mask64(hb), z, _mm512_set1_epi8(16));
-        }
-        *wv = z;
-    }
-    if (QA_HASMIN(wt)) {
-        uint64_t h = (uint64_t)cuca_ld32(b0) | ((uint64_t)cuca_ld32(b1) << 32); /* d0 m0 d1 m1 */
-        __m512 f = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)h)));
-        *wd = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), f);
-        *wm = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), f);
-    } else {
-        uint32_t h = (uint32_t)cuca_ld16(b0) | ((uint32_t)cuca_ld16(b1) << 16);
-        __m512 f = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)h)));
-        *wd = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), f);
-        *wm = _mm512_setzero_ps();
-    }
+/* 64 bytes at p + off, bytes at or past `lim` read as zero (lim < 0: no limit) */
+static inline __attribute__((always_inline)) __m512i ld64(const uint8_t *p, int off, int lim) {
+    if (lim < 0) return _mm512_loadu_si512(p + off);
+    const int n = lim - off;
+    const __mmask64 m = n >= 64 ? ~(__mmask64)0 : n <= 0 ? 0 : (((__mmask64)1 << n) - 1);
+    return _mm512_maskz_loadu_epi8(m, p + off);
 }
 
-/* blocks b, b+1 (b+1 may be past the end: its activations are zero and its weight scales are masked) */
-static inline __attribute__((always_inline)) void qa_step(const int wt, const uint8_t *w, int64_t nb, int64_t b,
-                                                          const int nr, const cuca_act *A, int64_t m0,
-                                                          __m512 *acc) {
-    const uint8_t *b0 = w + b * QA_BYTES(wt);
-    const int full = b + 1 < nb;
-    __m512i wv;
-    __m512 wd, wm;
-    qa_unpack(wt, b0, full ? b0 + QA_BYTES(wt) : b0, &wv, &wd, &wm);
-    if (!full) {
-        wd = _mm512_maskz_mov_ps(0x00FF, wd);
-        wm = _mm512_maskz_mov_ps(0x00FF, wm);
+/* Unpack a group of 4 blocks g (lim: valid bytes, -1 when all 4 exist) into unsigned codes
+ * lo = [values 0..15 of each block], hi = [values 16..31 of each block], and [dw_j x4], [mw_j x4]. The byte
+ * gathers are two-source permutes over two 64-byte loads (tables from cuca_qa_tables). */
+static inline __attribute__((always_inline)) void qa_unpack4(const int wt, const uint8_t *g, int lim, const __m512i *t,
+                                                             __m512i *lo, __m512i *hi, __m512 *wd, __m512 *wm) {
+    if (wt == GT_Q8_0) {
+        const __m512i a = ld64(g, 0, lim), b = ld64(g, 56, lim), flip = _mm512_set1_epi8((char)0x80);
+        *lo = _mm512_xor_si512(_mm512_permutex2var_epi8(a, t[0], b), flip);
+        *hi = _mm512_xor_si512(_mm512_permutex2var_epi8(ld64(g, 18, lim), t[1], ld64(g, 72, lim)), flip);
+        *wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(a, t[2], b)));
+        *wm = _mm512_setzero_ps();
+        return;
     }
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i a = ld64(g, 0, lim), b = ld64(g, 4 * QA_BYTES(wt) - 64, lim);
+    const __m512i z = _mm512_permutex2var_epi8(a, t[0], b);
+    __m512i l = _mm512_and_si512(z, m4), h = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+    if (wt == GT_Q5_0 || wt == GT_Q5_1) { /* qword 2j and 2j+1 = the 32 high bits of block j */
+        const __m512i qh = _mm512_permutex2var_epi8(a, t[1], b), sixteen = _mm512_set1_epi8(16);
+        l = _mm512_mask_add_epi8(l, _mm512_bitshuffle_epi64_mask(qh, t[4]), l, sixteen);
+        h = _mm512_mask_add_epi8(h, _mm512_bitshuffle_epi64_mask(qh, t[5]), h, sixteen);
+    }
+    *lo = l;
+    *hi = h;
+    *wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(a, t[2], b)));
+    *wm = QA_HASMIN(wt) ? _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(a, t[3], b)))
+                        : _mm512_setzero_ps();
+}
+
+/* blocks 4*gi .. 4*gi+3; lim as in qa_unpack4 */
+static inline __attribute__((always_inline)) void qa_step(const int wt, const uint8_t *w, int64_t gi, int lim,
+                                                          const __m512i *t, const int nr, const cuca_act *A,
+                                                          int64_t m0, __m512 *acc) {
+    __m512i lo, hi;
+    __m512 wd, wm;
+    cuca_prefetch(w + gi * 4 * QA_BYTES(wt), 4 * QA_BYTES(wt));
+    qa_unpack4(wt, w + gi * 4 * QA_BYTES(wt), lim, t, &lo, &hi, &wd, &wm);
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) {
-        __m512i ci = DPBUSD(_mm512_load_si512(ACT_C(A, m0 + r) + 8 * b), wv,
-                            _mm512_load_si512(ACT_QS(A, m0 + r) + QK * b));
-        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ci), _mm512_load_ps(ACT_D(A, m0 + r) + 8 * b));
+        const int8_t *q = ACT_QS(A, m0 + r) + 4 * QK * gi;
+        __m512i ci = _mm512_dpbusd_epi32(_mm512_load_si512(ACT_C(A, m0 + r) + 16 * gi), lo, _mm512_load_si512(q));
+        ci = _mm512_dpbusd_epi32(ci, hi, _mm512_load_si512(q + 64));
+        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ci), _mm512_load_ps(ACT_D(A, m0 + r) + 16 * gi));
         acc[r] = _mm512_fmadd_ps(f, wd, acc[r]);
-        if (QA_HASMIN(wt)) acc[r] = _mm512_fmadd_ps(wm, _mm512_load_ps(ACT_S(A, m0 + r) + 8 * b), acc[r]);
+        if (QA_HASMIN(wt)) acc[r] = _mm512_fmadd_ps(wm, _mm512_load_ps(ACT_S(A, m0 + r) + 16 * gi), acc[r]);
     }
 }
 
 static inline __attribute__((always_inline)) void qa_tile(const int wt, const uint8_t *w, const cuca_act *A,
                                                           int64_t m0, const int nr, float *out, int64_t ldo) {
-    const int64_t nb = A->n_in / QK;
+    const int64_t nb = A->n_in / QK, ng = nb / 4;
+    const __m512i *t = (const __m512i *)A->tbl;
     __m512 acc0[QA_T], acc1[QA_T];
-    int64_t b = 0;
+    int64_t gi = 0;
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
-    for (; b + 3 < nb; b += 4) {
-        qa_step(wt, w, nb, b, nr, A, m0, acc0);
-        qa_step(wt, w, nb, b + 2, nr, A, m0, acc1);
+    for (; gi + 1 < ng; gi += 2) {
+        qa_step(wt, w, gi, -1, t, nr, A, m0, acc0);
+        qa_step(wt, w, gi + 1, -1, t, nr, A, m0, acc1);
     }
-    if (b < nb) qa_step(wt, w, nb, b, nr, A, m0, acc0);
-    if (b + 2 < nb) qa_step(wt, w, nb, b + 2, nr, A, m0, acc1);
+    if (gi < ng) qa_step(wt, w, gi++, -1, t, nr, A, m0, acc0);
+    if (nb % 4) { /* the partial last group continues the alternation */
+        if (ng & 1)
+            qa_step(wt, w, gi, (int)(nb % 4) * QA_BYTES(wt), t, nr, A, m0, acc1);
+        else
+            qa_step(wt, w, gi, (int)(nb % 4) * QA_BYTES(wt), t, nr, A, m0, acc0);
+    }
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(_mm512_add_ps(acc0[r], acc1[r]));
 }
 
@@ -144,6 +177,7 @@ static inline __m256i qa_bits16(uint32_t bits) {
 
 static inline __attribute__((always_inline)) void qa_step2(const int wt, const uint8_t *blk, int64_t b, const int nr,
                                                            const cuca_act *A, int64_t m0, __m256 *acc) {
+    cuca_prefetch(blk, QA_BYTES(wt));
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i wv;
     __m256 wd = _mm256_set1_ps(cuca_h2f(cuca_ld16(blk))), wm = _mm256_setzero_ps();
@@ -157,14 +191,15 @@ static inline __attribute__((always_inline)) void qa_step2(const int wt, const u
         if (QA_HASMIN(wt)) wm = _mm256_set1_ps(cuca_h2f(cuca_ld16(blk + 2)));
     }
     const __m256i wabs = wt == GT_Q8_0 ? _mm256_sign_epi8(wv, wv) : wv;
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) {
         __m256i a = _mm256_load_si256((const __m256i *)(ACT_QS(A, m0 + r) + QK * b));
         if (wt == GT_Q8_0) a = _mm256_sign_epi8(a, wv);
         __m256i ci = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, a), ones);
-        ci = _mm256_add_epi32(ci, _mm256_load_si256((const __m256i *)(ACT_C(A, m0 + r) + 8 * b)));
-        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ci), _mm256_load_ps(ACT_D(A, m0 + r) + 8 * b));
+        ci = _mm256_add_epi32(ci, _mm256_load_si256((const __m256i *)(ACT_C(A, m0 + r) + QA_LANES * b)));
+        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ci), _mm256_load_ps(ACT_D(A, m0 + r) + QA_LANES * b));
         acc[r] = _mm256_fmadd_ps(f, wd, acc[r]);
-        if (QA_HASMIN(wt)) acc[r] = _mm256_fmadd_ps(wm, _mm256_load_ps(ACT_S(A, m0 + r) + 8 * b), acc[r]);
+        if (QA_HASMIN(wt)) acc[r] = _mm256_fmadd_ps(wm, _mm256_load_ps(ACT_S(A, m0 + r) + QA_LANES * b), acc[r]);
     }
 }
 
@@ -173,12 +208,14 @@ static inline __attribute__((always_inline)) void qa_tile(const int wt, const ui
     const int64_t nb = A->n_in / QK;
     __m256 acc0[QA_T], acc1[QA_T];
     int64_t b = 0;
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
     for (; b + 1 < nb; b += 2) {
         qa_step2(wt, w + b * QA_BYTES(wt), b, nr, A, m0, acc0);
         qa_step2(wt, w + (b + 1) * QA_BYTES(wt), b + 1, nr, A, m0, acc1);
     }
     if (b < nb) qa_step2(wt, w + b * QA_BYTES(wt), b, nr, A, m0, acc0);
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) out[r * ldo] = hsum256(_mm256_add_ps(acc0[r], acc1[r]));
 }
 
@@ -192,30 +229,25 @@ static inline void qa_tile(const int wt, const uint8_t *w, const cuca_act *A, in
         const uint8_t *blk = w + b * QA_BYTES(wt);
         const float dw = cuca_h2f(cuca_ld16(blk)), mw = QA_HASMIN(wt) ? cuca_h2f(cuca_ld16(blk + 2)) : 0.0f;
         cuca_codes_q(wt, blk, code);
+        #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
             const int8_t *a = ACT_QS(A, m0 + r) + QK * b;
             int32_t sumi = 0;
             for (int j = 0; j < QK; j++) sumi += code[j] * a[j];
-            acc[r] += (dw * ACT_D(A, m0 + r)[8 * b]) * (float)sumi;
-            if (QA_HASMIN(wt)) acc[r] += mw * ACT_S(A, m0 + r)[8 * b];
+            acc[r] += (dw * ACT_D(A, m0 + r)[QA_LANES * b]) * (float)sumi;
+            if (QA_HASMIN(wt)) acc[r] += mw * ACT_S(A, m0 + r)[QA_LANES * b];
         }
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) out[r * ldo] = acc[r];
 }
 #endif
 
-#define QA_CASE(wt, n) case n: qa_tile(wt, w, A, m0, n, out, ldo); break
 #if QA_T == 8
-#define QA_DISPATCH(wt) switch (nr) { QA_CASE(wt, 1); QA_CASE(wt, 2); QA_CASE(wt, 3); QA_CASE(wt, 4); \
-    QA_CASE(wt, 5); QA_CASE(wt, 6); QA_CASE(wt, 7); QA_CASE(wt, 8); default: break; }
+#define QA_FN(name, wt) CUCA_TILE_FN(name, qa_tile, wt, 8)
 #else
-#define QA_DISPATCH(wt) switch (nr) { QA_CASE(wt, 1); QA_CASE(wt, 2); QA_CASE(wt, 3); QA_CASE(wt, 4); \
-    default: break; }
+#define QA_FN(name, wt) CUCA_TILE_FN(name, qa_tile, wt, 4)
 #endif
-#define QA_FN(name, wt) \
-    static void name(const uint8_t *w, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo) { \
-        QA_DISPATCH(wt) \
-    }
 QA_FN(tile_q8_0, GT_Q8_0)
 QA_FN(tile_q4_0, GT_Q4_0)
 QA_FN(tile_q4_1, GT_Q4_1)

@@ -168,9 +168,9 @@ CUCA_INLINE vf ops_silu(vf g) { return v_div(g, v_add(v_set1(1.0f), v_exp(v_sub(
 
 /* gelu_tanh(g) = 0.5 g (1 + tanh(y)) = g / (1 + exp(-2y)), y = sqrt(2/pi) g (1 + 0.044715 g^2) */
 CUCA_INLINE vf ops_gelu(vf g) {
-    vf t = v_add(v_set1(1.0f), v_mul(v_mul(v_set1(0.044715f), g), g));
-    vf y = v_mul(v_mul(v_set1(0.79788456080286535587989211986876f), g), t);
-    return v_div(g, v_add(v_set1(1.0f), v_exp(v_mul(v_set1(-2.0f), y))));
+    vf t = v_fma(v_mul(v_set1(0.044715f), g), g, v_set1(1.0f));        /* 1 + 0.044715 g^2 */
+    vf y2 = v_mul(v_mul(v_set1(-1.5957691216057307f), g), t);          /* -2y */
+    return v_div(g, v_add(v_set1(1.0f), v_exp(y2)));
 }
 
 int cuca_act_mul_f32(int kind, const float *g, cuca_rows gs, const float *u, cuca_rows us, float *out,

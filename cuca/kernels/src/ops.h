@@ -9,13 +9,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Causal (optionally sliding-window) grouped-query attention over a KV cache.
+/* Causal (optionally sliding-window) grouped-query attention over a KV cache of floats, or of IEEE halves
+ * when kv16 is set (both caches the same type; strides count elements).
  * q: (M, n_head, hd_k) at q + i*q_s0 + h*q_s1; k: (n_kv_head, n_ctx, hd_k) at k + g*k_s0 + j*hd_k;
  * v: (n_kv_head, n_ctx, hd_v) at v + g*v_s0 + j*hd_v; out: (M, n_head, hd_v) at out + i*o_s0 + h*o_s1. */
-int cuca_attention_f32(const float *q, ptrdiff_t q_s0, ptrdiff_t q_s1, const float *k, ptrdiff_t k_s0,
-                       const float *v, ptrdiff_t v_s0, const int32_t *q_pos, int M, int n_head, int n_kv_head,
-                       int hd_k, int hd_v, int n_ctx, int n_kv, int window, float scale, float softcap, float *out,
-                       ptrdiff_t o_s0, ptrdiff_t o_s1, int n_threads);
+int cuca_attention(const float *q, ptrdiff_t q_s0, ptrdiff_t q_s1, const void *k, ptrdiff_t k_s0, const void *v,
+                   ptrdiff_t v_s0, int kv16, const int32_t *q_pos, int M, int n_head, int n_kv_head, int hd_k,
+                   int hd_v, int n_ctx, int n_kv, int window, float scale, float softcap, float *out, ptrdiff_t o_s0,
+                   ptrdiff_t o_s1, int n_threads);
 
 /* Rows are addressed as base + a*s0 + b*s1 for a < n0, b < n1, each n floats long. */
 typedef struct {

@@ -10,8 +10,10 @@
 #include <string.h>
 #include "cuca.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__F16C__) && \
-    defined(__FMA__)
+/* The AVX-512 kernels also use VNNI (dpbusd/dpwssd), VBMI (byte permutes) and BITALG (bit shuffles):
+ * Ice Lake and later, Zen 4 and later. Older AVX-512 parts take the AVX2 kernels. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
+    defined(__AVX512VBMI__) && defined(__AVX512BITALG__) && defined(__F16C__) && defined(__FMA__)
 #define CUCA_AVX512 1
 #include <immintrin.h>
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -34,7 +36,19 @@ enum { ACT_F32 = 0, ACT_Q8_0 = 1, ACT_Q8_1 = 2, ACT_Q8_K = 3 };
 #define QKK 256
 #define CUCA_ALIGN 64
 
+/* 32-block activations: QA_LANES float/int lanes of d, c, s per block; blocks padded to a multiple of
+ * QA_GROUP. With AVX-512 each group of 4 blocks stores its values as [first 16 of each block | last 16 of each
+ * block] (the order the weight unpacking produces). */
+#if defined(CUCA_AVX512)
+#define QA_LANES 4
+#define QA_GROUP 4
+#else
+#define QA_LANES 8
+#define QA_GROUP 2
+#endif
+
 typedef struct {
+    uint8_t tbl[6][64] __attribute__((aligned(64))); /* per-call permutation tables of the AVX-512 kernels */
     int kind, wtype;
     int64_t M, n_in;
     /* ACT_F32: the caller's rows */
@@ -46,13 +60,12 @@ typedef struct {
     size_t off_d, off_c, off_s; /* byte offsets inside a row: scales, corrections, Q8_1 sums or bsums */
 } cuca_act;
 
-/* Q8_0/Q8_1 row layout, per 32-block b: qs[32*b..] int8 (natural order);
- *   d[8*b .. 8*b+7]  float: the block scale (fp16-rounded) repeated 8 times;
- *   c[8*b .. 8*b+7]  int32: lane 0 = -off * sum(qs of block) (off = the weight code offset), others 0;
- *   s[8*b .. 8*b+7]  float (Q8_1 only): lane 0 = fp16(d * sum(qs)), others 0.
- * Q8_K row layout, per 256-superblock b: qs[256*b ..] int8 (order chosen per weight format),
- *   bsums[32*b .. 32*b+31] int16: the 16 sums of 16 consecutive (natural-order) values, then 16 zeros;
- *   d[b] float. */
+/* Q8_0/Q8_1 row layout, per 32-block b (L = QA_LANES): qs[32*b..] int8 (see QA_GROUP for the order);
+ *   d[L*b .. L*b+L-1]  float: the block scale (fp16-rounded) repeated L times;
+ *   c[L*b .. L*b+L-1]  int32: lane 0 = -off * sum(qs of block) (off = the weight code offset), others 0;
+ *   s[L*b .. L*b+L-1]  float (Q8_1 only): lane 0 = fp16(d * sum(qs)), others 0.
+ * Q8_K row layout, per 256-superblock b: qs[256*b ..] int8 and a 64-byte area bs[32*b ..] of block sums, both
+ *   laid out as the weight format's kernel wants (cuca_qk_layout in matmul_k.c); d[b] float. */
 #define ACT_QS(A, m) ((int8_t *)((A)->base + (size_t)(m) * (A)->row_stride))
 #define ACT_D(A, m) ((float *)((A)->base + (size_t)(m) * (A)->row_stride + (A)->off_d))
 #define ACT_C(A, m) ((int32_t *)((A)->base + (size_t)(m) * (A)->row_stride + (A)->off_c))
@@ -61,7 +74,8 @@ typedef struct {
 
 /* quantize.c */
 int cuca_act_init(cuca_act *A, int wtype, const float *x, int64_t M, int64_t n_in);
-void cuca_act_quantize_row(cuca_act *A, const float *x, int64_t m);
+/* quantize blocks [b_lo, b_hi) (of A->nblk, padding included) of row m; x is the row */
+void cuca_act_quantize(cuca_act *A, const float *x, int64_t m, int64_t b_lo, int64_t b_hi);
 void cuca_act_free(cuca_act *A);
 /* one 32-block: q = round-half-away(x * 127/amax); d = fp16(amax/127); s = fp16(d_unrounded * sum(q)) */
 void cuca_q8_block(const float *x, int8_t *q, float *d, float *s, int32_t *sum);
@@ -73,14 +87,30 @@ int cuca_quantize_q8_k_f32(const float *x, int64_t M, int64_t n_in, int8_t *q, f
 
 /* matmul_q.c: the code offset subtracted through the activation correction c (0 when the kernel does not use it) */
 int cuca_qa_offset(int wtype);
+void cuca_qa_tables(int wtype, uint8_t tbl[6][64]);
 /* matmul.c: out[M, n_out] = x[M, n_in] . W[n_out, n_in]^T for raw GGUF W */
 int cuca_matmul_gguf_f32(const void *w, int wtype, int64_t n_out, int64_t n_in, const float *x, int64_t M,
                          float *out, int n_threads);
 int cuca_getrows_gguf_f32(const void *w, int wtype, int64_t n_out, int64_t n_in, const int32_t *ids, int64_t M,
                           float *out);
 
-/* A tile kernel: out[(m0 + r) * ldo] for r < nr, one weight row `w`. */
-typedef void (*cuca_tile_fn)(const uint8_t *w, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo);
+/* A tile kernel: for the nw weight rows w + i * rb, out[i + (m0 + r) * ldo] for the x rows m0 + r, r < nr. */
+typedef void (*cuca_tile_fn)(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64_t m0, int nr, float *out,
+                             int64_t ldo);
+
+/* Defines tile kernel `name` from an always-inline row kernel K(wt, w, A, m0, nr, out, ldo) specialised for every
+ * tile height nr <= T (4 or 8). */
+#define CUCA_TILE_CASE(K, wt, n) \
+    case n: for (int i_ = 0; i_ < nw; i_++) K(wt, w + (size_t)i_ * rb, A, m0, n, out + i_, ldo); break;
+#define CUCA_TILE_CASES4(K, wt) \
+    CUCA_TILE_CASE(K, wt, 1) CUCA_TILE_CASE(K, wt, 2) CUCA_TILE_CASE(K, wt, 3) CUCA_TILE_CASE(K, wt, 4)
+#define CUCA_TILE_CASES8(K, wt) CUCA_TILE_CASES4(K, wt) \
+    CUCA_TILE_CASE(K, wt, 5) CUCA_TILE_CASE(K, wt, 6) CUCA_TILE_CASE(K, wt, 7) CUCA_TILE_CASE(K, wt, 8)
+#define CUCA_TILE_FN(name, K, wt, T)                                                                              \
+    static void name(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64_t m0, int nr, float *out,     \
+                     int64_t ldo) {                                                                              \
+        switch (nr) { CUCA_TILE_CASES##T(K, wt) default: break; }                                                 \
+    }
 /* Per format: the tile kernel and its largest tile (rows of x handled together). */
 int cuca_tile_q(int wtype, cuca_tile_fn *fn, int *tile); /* matmul_q.c: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 */
 int cuca_tile_k(int wtype, cuca_tile_fn *fn, int *tile); /* matmul_k.c: Q4_K Q5_K Q6_K */
@@ -96,6 +126,15 @@ void cuca_codes_k(int wtype, const uint8_t *blk, int32_t *code, int32_t *scale, 
 int cuca_type_block(int wtype, int *bs, int *bytes);
 
 /* ---- small helpers ---- */
+/* Weight bytes are prefetched this far ahead of use: decode streams the weights from memory, and the hardware
+ * prefetchers alone leave a third of the bandwidth unused. */
+#define CUCA_PREFETCH 1024
+#if defined(CUCA_AVX512) || defined(CUCA_AVX2)
+static inline __attribute__((always_inline)) void cuca_prefetch(const void *p, int nbytes) {
+    for (int o = 0; o < nbytes; o += 64) _mm_prefetch((const char *)p + CUCA_PREFETCH + o, _MM_HINT_T0);
+}
+#endif
+
 static inline uint16_t cuca_ld16(const void *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 static inline uint32_t cuca_ld32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 

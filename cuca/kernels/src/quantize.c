@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include "qmatmul.h"
 
-int cuca_qk_perm(int wtype); /* matmul_k.c */
+int cuca_qk_layout(int wtype); /* matmul_k.c */
 
 /* ---- one 32-block: d = fp16(amax/127), q = round half away from zero of x * (127/amax) ---- */
 void cuca_q8_block(const float *x, int8_t *q, float *d, float *s, int32_t *sum) {
@@ -169,11 +169,12 @@ int cuca_act_init(cuca_act *A, int wtype, const float *x, int64_t M, int64_t n_i
     case GT_Q8_0: case GT_Q4_0: case GT_Q5_0: case GT_Q4_1: case GT_Q5_1:
         if (n_in % QK) return CUCA_EINVAL;
         A->kind = (wtype == GT_Q4_1 || wtype == GT_Q5_1) ? ACT_Q8_1 : ACT_Q8_0;
-        A->nblk = (n_in / QK + 1) & ~(int64_t)1; /* padded to whole pairs of blocks */
+        A->nblk = (n_in / QK + QA_GROUP - 1) / QA_GROUP * QA_GROUP;
         A->off_d = up64((size_t)A->nblk * QK);
-        A->off_c = A->off_d + up64((size_t)A->nblk * 8 * sizeof(float));
-        A->off_s = A->off_c + up64((size_t)A->nblk * 8 * sizeof(int32_t));
-        row = A->off_s + (A->kind == ACT_Q8_1 ? up64((size_t)A->nblk * 8 * sizeof(float)) : 0);
+        A->off_c = A->off_d + up64((size_t)A->nblk * QA_LANES * sizeof(float));
+        A->off_s = A->off_c + up64((size_t)A->nblk * QA_LANES * sizeof(int32_t));
+        row = A->off_s + (A->kind == ACT_Q8_1 ? up64((size_t)A->nblk * QA_LANES * sizeof(float)) : 0);
+        cuca_qa_tables(wtype, A->tbl);
         break;
     case GT_Q4_K: case GT_Q5_K: case GT_Q6_K:
         if (n_in % QKK) return CUCA_EINVAL;
@@ -196,20 +197,30 @@ void cuca_act_free(cuca_act *A) {
     A->base = NULL;
 }
 
-void cuca_act_quantize_row(cuca_act *A, const float *x, int64_t m) {
+void cuca_act_quantize(cuca_act *A, const float *x, int64_t m, int64_t b_lo, int64_t b_hi) {
     int8_t *qs = ACT_QS(A, m);
     if (A->kind == ACT_F32) return;
     if (A->kind == ACT_Q8_K) {
         int16_t *bs = ACT_BS(A, m);
         float *d = ACT_D(A, m);
-        const int perm = cuca_qk_perm(A->wtype);
-        for (int64_t b = 0; b < A->nblk; b++) {
-            int8_t tmp[QKK];
-            static const int order[8] = {0, 2, 1, 3, 4, 6, 5, 7};
-            cuca_q8k_block(x + QKK * b, perm ? tmp : qs + QKK * b, d + b, bs + 32 * b);
-            memset(bs + 32 * b + 16, 0, 16 * sizeof(int16_t));
-            if (perm)
-                for (int g = 0; g < 8; g++) memcpy(qs + QKK * b + 32 * g, tmp + 32 * order[g], 32);
+        const int lay = cuca_qk_layout(A->wtype);
+        for (int64_t b = b_lo; b < b_hi; b++) {
+            int8_t tmp[QKK], *q = qs + QKK * b;
+            int16_t sums[16];
+            void *bsb = bs + 32 * b;
+            cuca_q8k_block(x + QKK * b, lay ? tmp : q, d + b, sums);
+            memset(bsb, 0, 64);
+            if (lay == 0) {
+                memcpy(bsb, sums, sizeof(sums));
+            } else if (lay == 1) { /* byte 64k + 8i + t <- value 32i + 8k + t; float group sums in even lanes */
+                for (int k = 0; k < 4; k++)
+                    for (int i = 0; i < 8; i++) memcpy(q + 64 * k + 8 * i, tmp + 32 * i + 8 * k, 8);
+                for (int i = 0; i < 8; i++) ((float *)bsb)[2 * i] = (float)(sums[2 * i] + sums[2 * i + 1]);
+            } else { /* byte 64k + 4i + t <- value 16i + 4k + t; -32 * group sums */
+                for (int k = 0; k < 4; k++)
+                    for (int i = 0; i < 16; i++) memcpy(q + 64 * k + 4 * i, tmp + 16 * i + 4 * k, 4);
+                for (int i = 0; i < 16; i++) ((int32_t *)bsb)[i] = -32 * sums[i];
+            }
         }
         return;
     }
@@ -218,20 +229,30 @@ void cuca_act_quantize_row(cuca_act *A, const float *x, int64_t m) {
         int32_t *c = ACT_C(A, m);
         const int64_t nb = A->n_in / QK;
         const int32_t off = cuca_qa_offset(A->wtype);
-        for (int64_t b = 0; b < A->nblk; b++) {
+        for (int64_t b = b_lo; b < b_hi; b++) {
             float db = 0.0f, sb = 0.0f;
             int32_t tot = 0;
+            int8_t tmp[QK];
             if (b < nb)
-                cuca_q8_block(x + QK * b, qs + QK * b, &db, s ? &sb : NULL, &tot);
+                cuca_q8_block(x + QK * b, tmp, &db, s ? &sb : NULL, &tot);
             else
-                memset(qs + QK * b, 0, QK);
-            for (int l = 0; l < 8; l++) {
-                d[8 * b + l] = db;
-                c[8 * b + l] = 0;
-                if (s) s[8 * b + l] = 0.0f;
+                memset(tmp, 0, QK);
+#if QA_GROUP == 4
+            {
+                int8_t *grp = qs + QK * (b & ~(int64_t)3);
+                memcpy(grp + 16 * (b & 3), tmp, 16);
+                memcpy(grp + 64 + 16 * (b & 3), tmp + 16, 16);
             }
-            c[8 * b] = -off * tot;
-            if (s) s[8 * b] = sb;
+#else
+            memcpy(qs + QK * b, tmp, QK);
+#endif
+            for (int l = 0; l < QA_LANES; l++) {
+                d[QA_LANES * b + l] = db;
+                c[QA_LANES * b + l] = 0;
+                if (s) s[QA_LANES * b + l] = 0.0f;
+            }
+            c[QA_LANES * b] = -off * tot;
+            if (s) s[QA_LANES * b] = sb;
         }
     }
 }

@@ -38,6 +38,31 @@
 #define VM_TP4 0.02059098333120346f
 #define VM_TP5 (-0.0056599839590489864f)
 
+/* IEEE half -> float, exact (normals, subnormals, zeros, infinities, NaNs) */
+static inline float vm_h2f(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+    if (e == 0x1f) {
+        bits = sign | 0x7f800000u | (m << 13);
+    } else if (e) {
+        bits = sign | ((e + 112u) << 23) | (m << 13);
+    } else if (m) { /* subnormal: normalise */
+        e = 113;
+        while (!(m & 0x400u)) {
+            m <<= 1;
+            --e;
+        }
+        bits = sign | (e << 23) | ((m & 0x3ffu) << 13);
+    } else {
+        bits = sign;
+    }
+    union {
+        uint32_t u;
+        float f;
+    } c = {bits};
+    return c.f;
+}
+
 #if defined(__AVX512F__)
 /* ------------------------------------------------------------------ AVX-512 */
 #define VL 16
@@ -46,6 +71,8 @@ CUCA_INLINE vf v_zero(void) { return _mm512_setzero_ps(); }
 CUCA_INLINE vf v_set1(float a) { return _mm512_set1_ps(a); }
 CUCA_INLINE vf v_load(const float *p) { return _mm512_loadu_ps(p); }
 CUCA_INLINE void v_store(float *p, vf a) { _mm512_storeu_ps(p, a); }
+/* VL halves -> floats */
+CUCA_INLINE vf v_load_h(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 /* first n lanes (0 <= n < VL), the others zero / untouched */
 CUCA_INLINE vf v_load_n(const float *p, int n) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p); }
 CUCA_INLINE void v_store_n(float *p, vf a, int n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), a); }
@@ -129,6 +156,15 @@ CUCA_INLINE vf v_zero(void) { return _mm256_setzero_ps(); }
 CUCA_INLINE vf v_set1(float a) { return _mm256_set1_ps(a); }
 CUCA_INLINE vf v_load(const float *p) { return _mm256_loadu_ps(p); }
 CUCA_INLINE void v_store(float *p, vf a) { _mm256_storeu_ps(p, a); }
+#if defined(__F16C__)
+CUCA_INLINE vf v_load_h(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+#else
+CUCA_INLINE vf v_load_h(const uint16_t *p) {
+    float t[8];
+    for (int i = 0; i < 8; ++i) t[i] = vm_h2f(p[i]);
+    return _mm256_loadu_ps(t);
+}
+#endif
 CUCA_INLINE vf v_load_n(const float *p, int n) { return _mm256_maskload_ps(p, vm_mask8(n)); }
 CUCA_INLINE void v_store_n(float *p, vf a, int n) { _mm256_maskstore_ps(p, vm_mask8(n), a); }
 CUCA_INLINE vf v_add(vf a, vf b) { return _mm256_add_ps(a, b); }
@@ -202,6 +238,7 @@ CUCA_INLINE vf v_load(const float *p) { VM_LOOP(p[i]); }
 CUCA_INLINE void v_store(float *p, vf a) {
     for (int i = 0; i < 8; ++i) p[i] = a.f[i];
 }
+CUCA_INLINE vf v_load_h(const uint16_t *p) { VM_LOOP(vm_h2f(p[i])); }
 CUCA_INLINE vf v_load_n(const float *p, int n) { VM_LOOP(i < n ? p[i] : 0.0f); }
 CUCA_INLINE void v_store_n(float *p, vf a, int n) {
     for (int i = 0; i < n; ++i) p[i] = a.f[i];
@@ -230,6 +267,13 @@ CUCA_INLINE vf v_copysign(vf m, vf s) { VM_LOOP(copysignf(m.f[i], s.f[i])); }
 CUCA_INLINE vf v_select_lt(vf a, vf c, vf x, vf y) { VM_LOOP(a.f[i] < c.f[i] ? x.f[i] : y.f[i]); }
 #undef VM_LOOP
 #endif
+
+/* first n halves (0 <= n < VL) as floats, the other lanes zero */
+CUCA_INLINE vf v_load_h_n(const uint16_t *p, int n) {
+    uint16_t t[VL] = {0};
+    for (int i = 0; i < n; ++i) t[i] = p[i];
+    return v_load_h(t);
+}
 
 /* tanh: odd polynomial near 0, 1 - 2/(exp(2|x|)+1) elsewhere; both computed on every lane, then selected */
 CUCA_INLINE vf v_tanh(vf x) {

@@ -1,0 +1,42 @@
+"""Prompt-lookup drafting: propose the tokens that followed the latest earlier occurrence of the history's last
+n-gram (longest n first). No drafter model; pays on code edits, lists and text that quotes its prompt."""
+
+from __future__ import annotations
+
+from ..proposal import Proposal
+
+
+class PromptLookupDrafter:
+    """Keeps, for every n-gram (n = min_ngram..max_ngram) of the history, the position right after its latest
+    occurrence; the index grows incrementally as the history grows, so a round costs O(max_ngram)."""
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self._index: dict[tuple[int, ...], int] = {}
+        self._seen = 0  # history length indexed so far
+
+    def begin(self, prompt: list[int]) -> None:
+        self._index.clear()
+        self._seen = 0
+
+    def _extend(self, history: list[int]) -> None:
+        # index n-grams that end before the last token, so a lookup never matches the suffix itself
+        for end in range(max(self._seen, 1), len(history)):
+            for n in range(self.min_ngram, self.max_ngram + 1):
+                if end - n >= 0:
+                    self._index[tuple(history[end - n : end])] = end
+        self._seen = max(self._seen, len(history))
+
+    def propose(self, history: list[int], n: int) -> Proposal:
+        if len(history) < self._seen:  # the caller rewound: rebuild
+            self.begin(history)
+        self._extend(history)
+        for k in range(self.max_ngram, self.min_ngram - 1, -1):
+            if len(history) < k:
+                continue
+            start = self._index.get(tuple(history[-k:]))
+            if start is not None:
+                return Proposal(history[start : start + n], None)
+        return Proposal([], None)

@@ -1,0 +1,45 @@
+"""DrafterSource: where draft tokens come from (a drafter GGUF, the model's own prediction head, prompt lookup)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import ConfigError
+from ..sources import ModelSource
+
+
+@dataclass(frozen=True)
+class DrafterSource:
+    """`kind` is "file" (a separate drafter GGUF), "in_trunk" (the target's own MTP head) or "prompt_lookup"."""
+
+    kind: str
+    source: ModelSource | None = None
+    max_ngram: int = 3
+
+    IN_TRUNK: ClassVar[DrafterSource]
+
+    @classmethod
+    def file(cls, source: ModelSource | str | os.PathLike[str]) -> DrafterSource:
+        return cls("file", ModelSource.parse(source))
+
+    @classmethod
+    def prompt_lookup(cls, max_ngram: int = 3) -> DrafterSource:
+        if not isinstance(max_ngram, int) or max_ngram < 1:
+            raise ConfigError(f"prompt_lookup max_ngram must be an integer >= 1, got {max_ngram!r}")
+        return cls("prompt_lookup", max_ngram=max_ngram)
+
+    @classmethod
+    def parse(cls, value: DrafterSource | ModelSource | str | os.PathLike[str]) -> DrafterSource:
+        """A DrafterSource as is; "in-trunk" / "prompt-lookup"; anything else is a drafter file's ModelSource."""
+        if isinstance(value, DrafterSource):
+            return value
+        if isinstance(value, str) and value.replace("_", "-") == "in-trunk":
+            return cls.IN_TRUNK
+        if isinstance(value, str) and value.replace("_", "-") == "prompt-lookup":
+            return cls.prompt_lookup()
+        return cls.file(value)
+
+
+DrafterSource.IN_TRUNK = DrafterSource("in_trunk")
