@@ -9,21 +9,28 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import Engine, Generation, Timings
-from .errors import ConfigError
+from .engine import Engine, Generation, Speculation, Timings
+from .errors import ConfigError, ProviderError
 from .gguf import open_gguf
 from .models import load_model
 from .models.layers import Ops
 from .sampling import SamplingParams
 from .sources import ModelSource
+from .speculative.drafters.prompt_lookup import PromptLookupDrafter
+from .speculative.governor import Governor
+from .speculative.source import DrafterSource
+from .speculative.stats import DraftStats, RequestDraftStats
 from .tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
 class LocalModelConfig:
-    """What to load and how. `threads` 0 uses every core; `context_length` 0 uses min(4096, trained length)."""
+    """What to load and how. Drafting is off unless `drafter` is set (a DrafterSource, or a ModelSource / string
+    naming a drafter file); `threads` 0 uses every core; `context_length` 0 uses min(4096, trained length)."""
 
     source: ModelSource | str | os.PathLike[str] = "gemma3-270m-q4_k_m"
+    drafter: DrafterSource | ModelSource | str | None = None
+    draft_tokens: int = 3
     context_length: int = 0
     threads: int = 0
     device: str = "cpu"
@@ -33,6 +40,8 @@ class LocalModelConfig:
             raise ConfigError(f"context_length must be an integer >= 0, got {self.context_length!r}")
         if not isinstance(self.threads, int) or self.threads < 0:
             raise ConfigError(f"threads must be an integer >= 0, got {self.threads!r}")
+        if self.drafter is not None and (not isinstance(self.draft_tokens, int) or self.draft_tokens < 1):
+            raise ConfigError(f"draft_tokens must be an integer >= 1 when a drafter is set, got {self.draft_tokens!r}")
         if self.device != "cpu":
             raise ConfigError(f"device {self.device!r} is not available in this build (only 'cpu')")
 
@@ -45,6 +54,7 @@ class Reply:
     tokens: list[int]
     finish_reason: str
     timings: Timings = field(default_factory=Timings)
+    draft: RequestDraftStats | None = None
 
 
 class LocalModel:
@@ -60,6 +70,15 @@ class LocalModel:
         self.model = load_model(self.file, Ops(config.threads or (os.cpu_count() or 1)))
         n_ctx = config.context_length or min(4096, int(self.model.n_ctx_train))
         self.engine = Engine(self.model, n_ctx)
+        self.drafter = DrafterSource.parse(config.drafter) if config.drafter is not None else None
+        if self.drafter is not None and self.drafter.kind != "prompt_lookup":
+            kind = "in-trunk prediction head" if self.drafter.kind == "in_trunk" else "drafter file"
+            what = f"{self.path} has no prediction head" if self.drafter.kind == "in_trunk" else (
+                f"drafter {self.drafter.source} cannot pair with architecture {self.model.arch!r}"
+            )
+            raise ProviderError(f"{kind} not available: {what}")
+        self.governor = Governor()  # kept across requests, as the drafting decision should be
+        self._draft_stats = DraftStats()
         self._lock = threading.Lock()
 
     # ---- loading ----------------------------------------------------------------------------------------
@@ -82,6 +101,16 @@ class LocalModel:
         has_bos = tok.bos_id is not None and text.startswith(tok.id_to_token(tok.bos_id))
         return tok.encode(text, add_bos=False if has_bos else None)
 
+    def draft_stats(self) -> DraftStats:
+        """Rounds, drafted and accepted tokens summed over every request so far."""
+        return DraftStats(self._draft_stats.rounds, self._draft_stats.drafted, self._draft_stats.accepted)
+
+    def _speculation(self) -> Speculation | None:
+        if self.drafter is None:
+            return None
+        drafter = PromptLookupDrafter(self.drafter.max_ngram)
+        return Speculation(drafter, self.config.draft_tokens, self.governor, RequestDraftStats())
+
     def stream_ids_sync(
         self,
         prompt_ids: list[int],
@@ -96,41 +125,53 @@ class LocalModel:
         """Stream text pieces for a tokenized prompt; `gen` receives ids, finish reason and timings."""
         params = SamplingParams(temperature, top_k, top_p, seed)
         gen = gen if gen is not None else Generation()
+        spec = self._speculation()
+        gen.draft = spec.stats if spec is not None else None
+        with self._lock:
+            try:
+                yield from self._stream_locked(prompt_ids, max_tokens, params, stop, gen, spec)
+            finally:
+                if spec is not None:
+                    self._draft_stats.add(spec.stats)
+
+    def _stream_locked(
+        self, prompt_ids: list[int], max_tokens: int, params: SamplingParams, stop: Sequence[str],
+        gen: Generation, spec: Speculation | None,
+    ) -> Iterator[str]:
         dec = self.tokenizer.stream(skip_special=True)
         pending = ""  # text held back while it could still be the start of a stop string
         hold = max((len(s) for s in stop), default=0)
-        with self._lock:
-            for tok in self.engine.stream(prompt_ids, max_tokens, params, self.tokenizer.eog_ids, gen):
-                if tok in self.tokenizer.eog_ids:
-                    break
-                pending += dec.feed(tok)
-                cut = _find_stop(pending, stop)
-                if cut is not None:
-                    gen.finish_reason = "stop"
-                    if cut:
-                        yield pending[:cut]
-                    return
-                if len(pending) > hold:
-                    emit = len(pending) - hold
-                    yield pending[:emit]
-                    pending = pending[emit:]
-            pending += dec.flush()
+        for tok in self.engine.stream(prompt_ids, max_tokens, params, self.tokenizer.eog_ids, gen, spec):
+            if tok in self.tokenizer.eog_ids:
+                break
+            pending += dec.feed(tok)
             cut = _find_stop(pending, stop)
             if cut is not None:
                 gen.finish_reason = "stop"
-                pending = pending[:cut]
-            if pending:
-                yield pending
+                if cut:
+                    yield pending[:cut]
+                return
+            if len(pending) > hold:
+                emit = len(pending) - hold
+                yield pending[:emit]
+                pending = pending[emit:]
+        pending += dec.flush()
+        cut = _find_stop(pending, stop)
+        if cut is not None:
+            gen.finish_reason = "stop"
+            pending = pending[:cut]
+        if pending:
+            yield pending
 
     def complete_sync(self, prompt: str | Sequence[int], **kw: Any) -> Reply:
         gen = Generation()
         text = "".join(self.stream_ids_sync(self.prompt_ids(prompt), gen=gen, **kw))
-        return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings)
+        return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings, gen.draft)
 
     def chat_sync(self, messages: list[dict[str, Any]], **kw: Any) -> Reply:
         gen = Generation()
         text = "".join(self.stream_ids_sync(self.chat_prompt(messages), gen=gen, **kw))
-        return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings)
+        return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings, gen.draft)
 
     def stream_sync(self, prompt: str | Sequence[int], **kw: Any) -> Iterator[str]:
         return self.stream_ids_sync(self.prompt_ids(prompt), **kw)

@@ -71,6 +71,19 @@ def speculative_tokens(
     drafter.begin(prompt)
     fed, pos, n_ctx = first, len(prompt), cache.n_ctx
     force = params.seed is not None and not params.greedy
+    mark = governor.event_count
+    try:
+        yield from _rounds(model, cache, fed, pos, n_ctx, history, prompt, max_tokens, params, rng, drafter,
+                           draft_tokens, governor, stats, rollback_limit, force)
+    finally:  # also when the caller stops at a stop token
+        stats.governor_events += governor.events_since(mark)
+
+
+def _rounds(
+    model: Any, cache: Any, fed: int, pos: int, n_ctx: int, history: list[int], prompt: list[int], max_tokens: int,
+    params: SamplingParams, rng: np.random.Generator, drafter: Drafter, draft_tokens: int, governor: Governor,
+    stats: RequestDraftStats, rollback_limit: int | None, force: bool,
+) -> Iterator[int]:
     while True:
         remaining = max_tokens - (len(history) - len(prompt))
         if remaining <= 0:
