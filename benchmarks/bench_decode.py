@@ -37,15 +37,21 @@ def cuca_decode(eng: Engine, prompt: list[int], n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def llama_decode(llm: Any, prompt: list[int], n: int) -> float:
+def llama_decode(llm: Any, prompt: list[int], n: int) -> tuple[float, float]:
+    """(wall tok/s through llama-cpp-python, tok/s by llama.cpp's own eval timer: its engine alone)."""
+    import llama_cpp
+
     llm.reset()
     llm.eval(prompt)
     n_vocab = llm.n_vocab()
+    llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
     t0 = time.perf_counter()
     for _ in range(n):
         logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,))
         llm.eval([int(np.argmax(logits))])
-    return n / (time.perf_counter() - t0)
+    wall = n / (time.perf_counter() - t0)
+    perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
+    return wall, perf.n_eval / (perf.t_eval_ms / 1e3)
 
 
 def cuca_pass(eng: Engine, prompt: list[int], m: int, logits: str, reps: int) -> float:
@@ -98,20 +104,25 @@ def main() -> None:
         llm = None
         if llama_cpp is not None:
             llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, n_batch=512, n_threads=a.threads, verbose=False)
-        ours, theirs = [], []
+        ours, theirs, theirs_engine = [], [], []
         cuca_decode(eng, prompt, 8)  # warm up page cache and threads
         if llm is not None:
             llama_decode(llm, prompt, 8)
         for _ in range(a.reps):
             ours.append(cuca_decode(eng, prompt, a.tokens))
             if llm is not None:
-                theirs.append(llama_decode(llm, prompt, a.tokens))
+                wall, engine = llama_decode(llm, prompt, a.tokens)
+                theirs.append(wall)
+                theirs_engine.append(engine)
         print(f"\n== {path.name}  threads={a.threads}  {a.tokens} tokens x {a.reps} reps")
         print(f"decode tok/s   cuca {fmt(ours)}", end="")
         if theirs:
             ratio = statistics.median(ours) / statistics.median(theirs)
             print(f"   llama.cpp {fmt(theirs)}   cuca/llama.cpp {ratio:.2f}x", end="")
         print()
+        if theirs_engine:
+            ratio = statistics.median(ours) / statistics.median(theirs_engine)
+            print(f"   llama.cpp engine timer only (no Python) {fmt(theirs_engine)}   cuca/that {ratio:.2f}x")
         print("pass cost vs M=1    " + "  ".join(f"M={m:<2d}" for m in (1, 2, 4, 8, 16)))
         passes: list[tuple[str, Any]] = [
             ("cuca (all logits)", lambda m, e=eng, p=prompt: cuca_pass(e, p, m, "all", a.reps * 2)),
