@@ -167,4 +167,4 @@ def test_prompt_lookup_proposals() -> None:
     h += [7, 1, 2, 3]
     assert d.propose(h, 2).tokens == [4, 5]  # "1 2 3" occurred once before: what followed it
     assert d.propose([5, 6], 3).tokens == []  # nothing repeats
-    assert d.propose([5, 6, 5], 3).tokens == [6, 5]
+    assert d.propose([5, 6, 5], 3).tokens == [6, 5, 6]  # the period-2 pattern continues

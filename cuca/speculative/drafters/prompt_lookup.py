@@ -38,5 +38,11 @@ class PromptLookupDrafter:
                 continue
             start = self._index.get(tuple(history[-k:]))
             if start is not None:
-                return Proposal(history[start : start + n], None)
+                # copy what followed the match; past the end of the history keep copying with the same period
+                # (LZ77-style overlap), so a repeating pattern yields full-length proposals
+                out: list[int] = []
+                for i in range(n):
+                    j = start + i
+                    out.append(history[j] if j < len(history) else out[j - len(history)])
+                return Proposal(out, None)
         return Proposal([], None)
