@@ -84,7 +84,7 @@ class Model:
         return KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)] * c.n_layer)
 
     def forward(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache, logits: str = "last") -> np.ndarray:
-        """tokens, positions: int32 (M,) -> logits float32 (M or 1, n_vocab); `logits="none"` skips the head."""
+        """tokens, positions: int32 (M,) -> logits float32 (M, n_vocab) for "all", (1, n_vocab) for "last"."""
         c, ops, m = self.c, self.ops, tokens.shape[0]
         cache.check_room(int(positions[0]), m)
         scale = 1.0 / math.sqrt(c.head_dim)
@@ -103,8 +103,6 @@ class Model:
             ops.k.silu_mul(g, b.ffn_up(ops, h), g)
             x += b.ffn_down(ops, g)
         cache.advance(int(positions[-1]) + 1)
-        if logits == "none":
-            return x
         if logits == "last":
             x = np.ascontiguousarray(x[-1:])
         return self.output(ops, rms_norm(ops, x, self.output_norm, c.eps))
