@@ -76,7 +76,7 @@ def _q8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     d = amax / np.float32(127)
     inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax != 0)
     v = (xb * inv[..., None]).astype(np.float64)
-    q = np.trunc(v + np.copysign(0.5, v)).astype(np.int8)  # round half away from zero, exactly
+    q = np.rint(v).astype(np.int8)  # nearest, ties to even, as ggml's x86 path
     return q.reshape(x.shape), d, q.sum(axis=-1, dtype=np.int32)
 
 

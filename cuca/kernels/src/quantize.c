@@ -6,12 +6,12 @@
 
 int cuca_qk_layout(int wtype); /* matmul_k.c */
 
-/* ---- one 32-block: d = fp16(amax/127), q = round half away from zero of x * (127/amax) ---- */
+/* ---- one 32-block: d = fp16(amax/127), q = x * (127/amax) rounded to nearest, ties to even (as ggml's x86 path) */
 void cuca_q8_block(const float *x, int8_t *q, float *d, float *s, int32_t *sum) {
     float amax = 0.0f, draw, id;
     int32_t tot = 0;
 #if defined(CUCA_AVX512)
-    const __m512 sgn = _mm512_set1_ps(-0.0f), one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f);
+    const __m512 sgn = _mm512_set1_ps(-0.0f);
     __m512 v[2];
     __m512i acc = _mm512_setzero_si512();
     v[0] = _mm512_loadu_ps(x);
@@ -21,16 +21,13 @@ void cuca_q8_block(const float *x, int8_t *q, float *d, float *s, int32_t *sum) 
     id = amax != 0.0f ? 127.0f / amax : 0.0f;
     for (int h = 0; h < 2; h++) {
         __m512 t = _mm512_mul_ps(v[h], _mm512_set1_ps(id));
-        __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-        __mmask16 up = _mm512_cmp_ps_mask(_mm512_andnot_ps(sgn, _mm512_sub_ps(t, r)), half, _CMP_GE_OQ);
-        r = _mm512_mask_add_ps(r, up, r, _mm512_or_ps(_mm512_and_ps(t, sgn), one));
-        __m512i i = _mm512_cvttps_epi32(r);
+        __m512i i = _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         acc = _mm512_add_epi32(acc, i);
         _mm_storeu_si128((__m128i *)(q + 16 * h), _mm512_cvtepi32_epi8(i));
     }
     tot = _mm512_reduce_add_epi32(acc);
 #elif defined(CUCA_AVX2)
-    const __m256 sgn = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
+    const __m256 sgn = _mm256_set1_ps(-0.0f);
     __m256 v[4], m;
     __m256i acc = _mm256_setzero_si256();
     for (int h = 0; h < 4; h++) v[h] = _mm256_loadu_ps(x + 8 * h);
@@ -46,10 +43,7 @@ void cuca_q8_block(const float *x, int8_t *q, float *d, float *s, int32_t *sum) 
     id = amax != 0.0f ? 127.0f / amax : 0.0f;
     for (int h = 0; h < 4; h++) {
         __m256 t = _mm256_mul_ps(v[h], _mm256_set1_ps(id));
-        __m256 r = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-        __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sgn, _mm256_sub_ps(t, r)), half, _CMP_GE_OQ);
-        r = _mm256_add_ps(r, _mm256_and_ps(up, _mm256_or_ps(_mm256_and_ps(t, sgn), one)));
-        __m256i i = _mm256_cvttps_epi32(r);
+        __m256i i = _mm256_cvtps_epi32(_mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         int32_t tmp[8];
         acc = _mm256_add_epi32(acc, i);
         _mm256_storeu_si256((__m256i *)tmp, i);
@@ -65,7 +59,7 @@ void cuca_q8_block(const float *x, int8_t *q, float *d, float *s, int32_t *sum) 
     draw = amax / 127.0f;
     id = amax != 0.0f ? 127.0f / amax : 0.0f;
     for (int j = 0; j < QK; j++) {
-        q[j] = (int8_t)roundf(x[j] * id);
+        q[j] = (int8_t)nearbyintf(x[j] * id);
         tot += q[j];
     }
 #endif
