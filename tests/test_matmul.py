@@ -133,13 +133,14 @@ def test_quantizers_bit_identical(name: str) -> None:
         assert np.array_equal(g, w)
 
 
-def test_q8_0_rounds_half_away_from_zero(kernels: ModuleType) -> None:
+def test_q8_0_rounds_half_to_even(kernels: ModuleType) -> None:
+    """As ggml's x86 quantize_row_q8_0 (_mm256_round_ps, nearest): ties go to the even code."""
     x = np.zeros((1, 32), np.float32)
-    x[0, :5] = [127.0, 2.5, -2.5, 0.5, -126.5]  # amax 127: the scale factor is exactly 1
+    x[0, :6] = [127.0, 2.5, -2.5, 0.5, -126.5, 3.5]  # amax 127: the scale factor is exactly 1
     q, d = kernels.quantize_q8_0(x)
-    assert q[0, :5].tolist() == [127, 3, -3, 1, -127] and d[0, 0] == np.float32(np.float16(1.0))
+    assert q[0, :6].tolist() == [127, 2, -2, 0, -126, 4] and d[0, 0] == np.float32(np.float16(1.0))
     q, d, s = kernels.quantize_q8_1(x)
-    assert s[0, 0] == np.float32(np.float16(127 + 3 - 3 + 1 - 127))
+    assert s[0, 0] == np.float32(np.float16(127 + 2 - 2 + 0 - 126 + 4))
     q, d = kernels.quantize_q8_0(np.zeros((2, 64), np.float32))
     assert not q.any() and not d.any()
 
