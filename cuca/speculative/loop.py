@@ -17,6 +17,7 @@ import numpy as np
 from ..sampling import SamplingParams, greedy_token, to_probs
 from .drafters import Drafter
 from .governor import Governor
+from .proposal import Proposal
 from .stats import RequestDraftStats
 from .verify import Verdict, verify, verify_greedy
 
@@ -42,8 +43,6 @@ def verify_round(
     if params.greedy:
         verdict = verify_greedy([greedy_token(row) for row in logits], drafts)
     else:
-        from .proposal import Proposal
-
         p_target = np.stack([to_probs(row, params) for row in logits])
         uniforms = rng.random(2 * len(ids))  # a fixed count per round keeps seeded runs reproducible
         verdict = verify(p_target, Proposal(drafts, q_draft), uniforms)
