@@ -5,18 +5,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .errors import ConfigError, ContextLengthError
 from .models.cache import KVCache
 from .sampling import SamplingParams, next_token
-
-if TYPE_CHECKING:
-    from .speculative.drafters import Drafter
-    from .speculative.governor import Governor
-    from .speculative.stats import RequestDraftStats
+from .speculative.drafters import Drafter
+from .speculative.governor import Governor
+from .speculative.loop import speculative_tokens
+from .speculative.stats import RequestDraftStats
 
 PREFILL_CHUNK = 256  # rows per prefill pass: bounds scratch memory, keeps the kernels in their fast M range
 
@@ -117,8 +116,6 @@ class Engine:
         if spec is None:
             rest = self._plain(prompt, tok, max_tokens, params, rng)
         else:
-            from .speculative.loop import speculative_tokens
-
             rest = speculative_tokens(
                 self.model, self.cache, tok, list(prompt), max_tokens, params, rng, spec.drafter,
                 spec.draft_tokens, spec.governor, spec.stats, spec.rollback_limit,

@@ -14,7 +14,7 @@ import numpy as np
 from ..gguf import GGUFFile
 from . import opt, req
 from .cache import KVCache
-from .layers import Linear, Ops, head_norm, linear, rms_norm, self_attention, vector
+from .layers import Ops, head_norm, linear, output_head, rms_norm, self_attention, vector
 
 
 @dataclass(frozen=True)
@@ -100,8 +100,7 @@ class Model:
         self.embd_scale = np.float32(math.sqrt(c.n_embd))
         self.blk = [Block(f, c, i) for i in range(c.n_layer)]
         self.output_norm = vector(f, "output_norm.weight", c.n_embd)
-        tied = "output.weight" not in f.tensors
-        self.output: Linear = self.token_embd if tied else linear(f, "output.weight", c.n_vocab, c.n_embd)
+        self.output = output_head(f, self.token_embd)
 
     def make_cache(self, n_ctx: int) -> KVCache:
         c = self.c

@@ -55,6 +55,13 @@ def linear(f: GGUFFile, name: str, n_out: int, n_in: int) -> Linear:
     return Linear(f.tensor(name, (n_out, n_in)), f.path)
 
 
+def output_head(f: GGUFFile, token_embd: Linear) -> Linear:
+    """`output.weight`, or the token embedding itself when the head is tied (no copy either way)."""
+    if "output.weight" not in f.tensors:
+        return token_embd
+    return linear(f, "output.weight", token_embd.n_out, token_embd.n_in)
+
+
 def vector(f: GGUFFile, name: str, n: int) -> np.ndarray:
     """A 1-D float weight (norms), as contiguous float32."""
     t = f.tensor(name, (n,))

@@ -13,7 +13,7 @@ import numpy as np
 from ..gguf import GGUFFile
 from . import opt, req
 from .cache import KVCache
-from .layers import Linear, Ops, linear, rms_norm, self_attention, vector
+from .layers import Ops, linear, output_head, rms_norm, self_attention, vector
 
 
 @dataclass(frozen=True)
@@ -76,8 +76,7 @@ class Model:
         self.token_embd = linear(f, "token_embd.weight", c.n_vocab, c.n_embd)
         self.blk = [Block(f, c, i) for i in range(c.n_layer)]
         self.output_norm = vector(f, "output_norm.weight", c.n_embd)
-        tied = "output.weight" not in f.tensors
-        self.output: Linear = self.token_embd if tied else linear(f, "output.weight", c.n_vocab, c.n_embd)
+        self.output = output_head(f, self.token_embd)
 
     def make_cache(self, n_ctx: int) -> KVCache:
         c = self.c

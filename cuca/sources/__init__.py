@@ -61,7 +61,10 @@ def _resolve_preset(p: Preset) -> Path:
     if not path.is_file():
         # split packages assemble the file from parts (without importing the package unless needed)
         mod = importlib.import_module(p.pypi_module)
-        if hasattr(mod, "assemble"):
+        built = Path(mod.default_output_path()) if hasattr(mod, "default_output_path") else None
+        if built is not None and p.size is not None and built.is_file() and built.stat().st_size == p.size:
+            path = built  # assembled (and hash-checked) before: don't re-hash 250 MB on every load
+        elif hasattr(mod, "assemble"):
             path = Path(mod.assemble())
     if not path.is_file():
         raise SourceError(f"preset {p.name!r}: {path} is missing from package {p.pypi_package!r}")
