@@ -70,14 +70,20 @@ class Engine:
         self.n_ctx = n_ctx
         self.cache: KVCache = model.make_cache(n_ctx)
 
-    def prefill(self, prompt: Sequence[int], pos0: int = 0) -> np.ndarray:
-        """Run the prompt through the model in chunks; returns the last position's logits (n_vocab,)."""
+    def prefill(self, prompt: Sequence[int], pos0: int = 0, hidden: list[np.ndarray] | None = None) -> np.ndarray:
+        """Run the prompt through the model in chunks; returns the last position's logits (n_vocab,). With
+        `hidden`, the chunks' post-norm hidden states are appended to it (for drafters that read them)."""
         ids = np.asarray(prompt, dtype=np.int32)
         logits = None
         for s in range(0, len(ids), PREFILL_CHUNK):
             chunk = ids[s : s + PREFILL_CHUNK]
             pos = np.arange(pos0 + s, pos0 + s + len(chunk), dtype=np.int32)
-            logits = self.model.forward(chunk, pos, self.cache, "last")
+            if hidden is None:
+                logits = self.model.forward(chunk, pos, self.cache, "last")
+            else:
+                h = self.model.forward_hidden(chunk, pos, self.cache)
+                hidden.append(h)
+                logits = self.model.head(np.ascontiguousarray(h[-1:]))
         assert logits is not None
         return logits[0]
 
@@ -110,15 +116,27 @@ class Engine:
         t.n_prompt = len(prompt)
         self.cache.reset()
         t0 = time.perf_counter()
-        logits = self.prefill(prompt)
+        hidden: list[np.ndarray] | None = [] if spec is not None and spec.drafter.uses_hidden else None
+        logits = self.prefill(prompt, hidden=hidden)
         t.prompt_s = time.perf_counter() - t0
         tok = next_token(logits, params, rng)
         if spec is None:
             rest = self._plain(prompt, tok, max_tokens, params, rng)
         else:
             rest = speculative_tokens(
-                self.model, self.cache, tok, list(prompt), max_tokens, params, rng, spec.drafter,
-                spec.draft_tokens, spec.governor, spec.stats, spec.rollback_limit,
+                self.model,
+                self.cache,
+                tok,
+                list(prompt),
+                max_tokens,
+                params,
+                rng,
+                spec.drafter,
+                spec.draft_tokens,
+                spec.governor,
+                spec.stats,
+                spec.rollback_limit,
+                np.concatenate(hidden) if hidden else None,
             )
         while True:
             gen.tokens.append(tok)

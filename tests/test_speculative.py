@@ -54,7 +54,12 @@ class ScriptDrafter:
     def __init__(self, future: list[int], prompt_len: int, wrong: bool = False):
         self.future, self.prompt_len, self.wrong = future, prompt_len, wrong
 
-    def begin(self, prompt: list[int]) -> None:
+    uses_hidden = False
+
+    def begin(self, prompt: list[int], params: object = None, rng: object = None) -> None:
+        pass
+
+    def observe(self, hidden: object, positions: object, next_tokens: list[int]) -> None:
         pass
 
     def propose(self, history: list[int], n: int) -> Proposal:

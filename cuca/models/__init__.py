@@ -26,6 +26,12 @@ class Model(Protocol):
         self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache, logits: str = "last"
     ) -> np.ndarray: ...
 
+    def forward_hidden(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache) -> np.ndarray:
+        """Hidden states after the final norm, (M, n_embd): what drafters that read the target consume."""
+
+    def head(self, h: np.ndarray) -> np.ndarray:
+        """Post-norm hidden (M, n_embd) -> logits (M, n_vocab), final softcap included."""
+
 
 def load_model(f: GGUFFile, ops: Ops | None = None) -> Any:
     """Bind the weights of `f` to its architecture's Model (no copies: weights stay memory-mapped)."""

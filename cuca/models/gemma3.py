@@ -14,7 +14,7 @@ import numpy as np
 from ..gguf import GGUFFile
 from . import opt, req
 from .cache import KVCache
-from .layers import Ops, head_norm, linear, output_head, rms_norm, self_attention, vector
+from .layers import Ops, head_norm, last_or_all, linear, output_head, rms_norm, self_attention, vector
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,17 @@ class Model:
 
     def forward(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache, logits: str = "last") -> np.ndarray:
         """tokens, positions: int32 (M,) -> logits float32 (M, n_vocab) for "all", (1, n_vocab) for "last"."""
+        return last_or_all(self, self.forward_hidden(tokens, positions, cache), logits)
+
+    def head(self, h: np.ndarray) -> np.ndarray:
+        """Post-norm hidden (M, n_embd) -> logits (M, n_vocab), soft-capped."""
+        out = self.output(self.ops, h)
+        if self.c.final_softcap > 0:
+            out = np.tanh(out / self.c.final_softcap) * self.c.final_softcap
+        return out
+
+    def forward_hidden(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache) -> np.ndarray:
+        """tokens, positions: int32 (M,) -> hidden states after output_norm, float32 (M, n_embd)."""
         c, ops, m = self.c, self.ops, tokens.shape[0]
         cache.check_room(int(positions[0]), m)
         x = self.token_embd.rows(ops, tokens)
@@ -126,9 +137,4 @@ class Model:
             ops.k.gelu_mul(g, b.ffn_up(ops, h), g)
             x += rms_norm(ops, b.ffn_down(ops, g), b.post_ffw_norm, c.eps)
         cache.advance(int(positions[-1]) + 1)
-        if logits == "last":
-            x = np.ascontiguousarray(x[-1:])
-        out = self.output(ops, rms_norm(ops, x, self.output_norm, c.eps))
-        if c.final_softcap > 0:
-            out = np.tanh(out / c.final_softcap) * c.final_softcap
-        return out
+        return rms_norm(ops, x, self.output_norm, c.eps)

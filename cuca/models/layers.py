@@ -7,6 +7,7 @@ rows travel with it: that is what makes speculative verification equal plain dec
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -109,6 +110,15 @@ def self_attention(
     n_kv = pos0 + m
     ops.k.attention(q, kc, vc, positions, n_kv, window, scale, softcap, out, ops.threads)
     return out.reshape(m, -1)
+
+
+def last_or_all(model: Any, h: np.ndarray, logits: str) -> np.ndarray:
+    """The logits of every row ("all") or of the last row only ("last", (1, n_vocab)) from post-norm hidden h."""
+    if logits == "last":
+        h = np.ascontiguousarray(h[-1:])
+    elif logits != "all":
+        raise ValueError(f"logits must be 'last' or 'all', got {logits!r}")
+    return model.head(h)
 
 
 def as_positions(positions: np.ndarray | list[int] | range) -> np.ndarray:

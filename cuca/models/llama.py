@@ -13,7 +13,7 @@ import numpy as np
 from ..gguf import GGUFFile
 from . import opt, req
 from .cache import KVCache
-from .layers import Ops, linear, output_head, rms_norm, self_attention, vector
+from .layers import Ops, last_or_all, linear, output_head, rms_norm, self_attention, vector
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,14 @@ class Model:
 
     def forward(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache, logits: str = "last") -> np.ndarray:
         """tokens, positions: int32 (M,) -> logits float32 (M, n_vocab) for "all", (1, n_vocab) for "last"."""
+        return last_or_all(self, self.forward_hidden(tokens, positions, cache), logits)
+
+    def head(self, h: np.ndarray) -> np.ndarray:
+        """Post-norm hidden (M, n_embd) -> logits (M, n_vocab)."""
+        return self.output(self.ops, h)
+
+    def forward_hidden(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache) -> np.ndarray:
+        """tokens, positions: int32 (M,) -> hidden states after output_norm, float32 (M, n_embd)."""
         c, ops, m = self.c, self.ops, tokens.shape[0]
         cache.check_room(int(positions[0]), m)
         scale = 1.0 / math.sqrt(c.head_dim)
@@ -102,6 +110,4 @@ class Model:
             ops.k.silu_mul(g, b.ffn_up(ops, h), g)
             x += b.ffn_down(ops, g)
         cache.advance(int(positions[-1]) + 1)
-        if logits == "last":
-            x = np.ascontiguousarray(x[-1:])
-        return self.output(ops, rms_norm(ops, x, self.output_norm, c.eps))
+        return rms_norm(ops, x, self.output_norm, c.eps)

@@ -32,14 +32,26 @@ def round_size(draft_tokens: int, remaining: int, pos: int, n_ctx: int, rollback
 
 
 def verify_round(
-    model: Any, cache: Any, fed: int, drafts: list[int], pos: int, params: SamplingParams,
-    rng: np.random.Generator, q_draft: np.ndarray | None,
+    model: Any,
+    cache: Any,
+    fed: int,
+    drafts: list[int],
+    pos: int,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    q_draft: np.ndarray | None,
+    drafter: Drafter | None = None,
 ) -> Verdict:
     """One batched pass over [fed, *drafts] at positions pos.., then acceptance; the cache keeps the fed token
-    and the accepted drafts only."""
+    and the accepted drafts only. A drafter that reads the target sees the committed rows' hidden states."""
     ids = np.array([fed, *drafts], np.int32)
     positions = np.arange(pos, pos + len(ids), dtype=np.int32)
-    logits = model.forward(ids, positions, cache, "all")
+    hidden = None
+    if drafter is not None and drafter.uses_hidden:
+        hidden = model.forward_hidden(ids, positions, cache)
+        logits = model.head(hidden)
+    else:
+        logits = model.forward(ids, positions, cache, "all")
     if params.greedy:
         verdict = verify_greedy([greedy_token(row) for row in logits], drafts)
     else:
@@ -47,6 +59,9 @@ def verify_round(
         uniforms = rng.random(2 * len(ids))  # a fixed count per round keeps seeded runs reproducible
         verdict = verify(p_target, Proposal(drafts, q_draft), uniforms)
     cache.trim(len(drafts) - verdict.n_accepted)
+    if hidden is not None and drafter is not None:
+        m = verdict.n_accepted + 1
+        drafter.observe(hidden[:m], positions[:m], verdict.tokens)
     return verdict
 
 
@@ -63,25 +78,60 @@ def speculative_tokens(
     governor: Governor,
     stats: RequestDraftStats,
     rollback_limit: int | None = None,
+    prefill_hidden: np.ndarray | None = None,
 ) -> Iterator[int]:
     """Yield the tokens after `first` (already emitted, not yet cached), round by round, until max_tokens in
-    all (counting `first`); the caller stops iterating at a stop token, so nothing after it is committed."""
+    all (counting `first`); the caller stops iterating at a stop token, so nothing after it is committed.
+    `prefill_hidden` (len(prompt), n_embd): the prompt rows' post-norm states, for drafters that read them."""
     history = [*prompt, first]
-    drafter.begin(prompt)
+    drafter.begin(prompt, params, rng)
+    if drafter.uses_hidden:
+        if prefill_hidden is None:
+            raise ValueError("this drafter reads the target's hidden states: pass prefill_hidden")
+        drafter.observe(prefill_hidden, np.arange(len(prompt), dtype=np.int32), [*prompt[1:], first])
     fed, pos, n_ctx = first, len(prompt), cache.n_ctx
     force = params.seed is not None and not params.greedy
     mark = governor.event_count
     try:
-        yield from _rounds(model, cache, fed, pos, n_ctx, history, prompt, max_tokens, params, rng, drafter,
-                           draft_tokens, governor, stats, rollback_limit, force)
+        yield from _rounds(
+            model,
+            cache,
+            fed,
+            pos,
+            n_ctx,
+            history,
+            prompt,
+            max_tokens,
+            params,
+            rng,
+            drafter,
+            draft_tokens,
+            governor,
+            stats,
+            rollback_limit,
+            force,
+        )
     finally:  # also when the caller stops at a stop token
         stats.governor_events += governor.events_since(mark)
 
 
 def _rounds(
-    model: Any, cache: Any, fed: int, pos: int, n_ctx: int, history: list[int], prompt: list[int], max_tokens: int,
-    params: SamplingParams, rng: np.random.Generator, drafter: Drafter, draft_tokens: int, governor: Governor,
-    stats: RequestDraftStats, rollback_limit: int | None, force: bool,
+    model: Any,
+    cache: Any,
+    fed: int,
+    pos: int,
+    n_ctx: int,
+    history: list[int],
+    prompt: list[int],
+    max_tokens: int,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    drafter: Drafter,
+    draft_tokens: int,
+    governor: Governor,
+    stats: RequestDraftStats,
+    rollback_limit: int | None,
+    force: bool,
 ) -> Iterator[int]:
     while True:
         remaining = max_tokens - (len(history) - len(prompt))
@@ -93,7 +143,7 @@ def _rounds(
         proposal = drafter.propose(history, n) if drafting else None
         drafts = list(proposal.tokens[:n]) if proposal is not None else []
         q = proposal.q_draft[: len(drafts)] if proposal is not None and proposal.q_draft is not None else None
-        verdict = verify_round(model, cache, fed, drafts, pos, params, rng, q)
+        verdict = verify_round(model, cache, fed, drafts, pos, params, rng, q, drafter)
         governor.record(bool(drafts), len(verdict.tokens), time.perf_counter() - t0)
         if drafts:
             stats.record_round(len(drafts), verdict.n_accepted)

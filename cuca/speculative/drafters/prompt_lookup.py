@@ -3,6 +3,9 @@ n-gram (longest n first). No drafter model; pays on code edits, lists and text t
 
 from __future__ import annotations
 
+import numpy as np
+
+from ...sampling import SamplingParams
 from ..proposal import Proposal
 
 
@@ -17,9 +20,16 @@ class PromptLookupDrafter:
         self._index: dict[tuple[int, ...], int] = {}
         self._seen = 0  # history length indexed so far
 
-    def begin(self, prompt: list[int]) -> None:
+    uses_hidden = False
+
+    def begin(
+        self, prompt: list[int], params: SamplingParams | None = None, rng: np.random.Generator | None = None
+    ) -> None:
         self._index.clear()
         self._seen = 0
+
+    def observe(self, hidden: np.ndarray, positions: np.ndarray, next_tokens: list[int]) -> None:
+        pass
 
     def _extend(self, history: list[int]) -> None:
         # index n-grams that end before the last token, so a lookup never matches the suffix itself
