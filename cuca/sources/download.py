@@ -1,0 +1,212 @@
+"""Downloads into the shared Hugging Face cache: hub files through `huggingface_hub`, plain URLs through a small
+resumable downloader. Every failure is a SourceError that says what to do.
+
+The environment is read at call time (HF_ENDPOINT, HF_HOME / HF_HUB_CACHE, HF_HUB_OFFLINE), not when
+huggingface_hub was imported, so a process can change it (and tests can point it at a local server).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import re
+import shutil
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ..errors import SourceError
+
+_TRUE = {"1", "on", "yes", "true"}
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def hub_cache_dir() -> Path:
+    """The shared Hugging Face hub cache, with huggingface_hub's precedence: HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE,
+    HF_HOME/hub, XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub."""
+    for key in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(key):
+            return Path(os.environ[key]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return Path(xdg).expanduser() / "huggingface" / "hub"
+
+
+def hub_endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
+def offline() -> bool:
+    """HF_HUB_OFFLINE=1 (or TRANSFORMERS_OFFLINE=1): use cached files only, never touch the network."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return value.strip().lower() in _TRUE
+
+
+def _progress_class(progress: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    if progress:
+        return tqdm
+
+    class _Silent(tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+    return _Silent
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check(path: Path, what: str, size: int | None, sha256: str | None, full: bool, remove: list[Path]) -> None:
+    """Size, then sha256 (by the file's content when `full`, else trusting a content-addressed blob name equal to
+    it). On a mismatch the files in `remove` are deleted, so nothing wrong stays in the cache."""
+    problem = None
+    actual_size = path.stat().st_size
+    if size is not None and actual_size != size:
+        problem = f"size mismatch for {what}: expected {size} bytes, got {actual_size}"
+    elif sha256 is not None:
+        blob_name = path.resolve().name
+        if full or blob_name != sha256:
+            actual = sha256_file(path)
+            if actual != sha256:
+                problem = f"sha256 mismatch for {what}: expected {sha256}, got {actual}"
+    if problem is not None:
+        for p in remove:
+            p.unlink(missing_ok=True)
+        raise SourceError(f"{problem}; the file was removed from the cache (retry, or report a changed upload)")
+
+
+def download_hub(
+    repo: str,
+    file: str,
+    revision: str | None = None,
+    sha256: str | None = None,
+    size: int | None = None,
+    progress: bool = True,
+) -> Path:
+    """A file of a Hugging Face repo, from the shared cache or downloaded into it; verified when the size or
+    sha256 is known."""
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    revision = revision or "main"
+    cache = hub_cache_dir()
+    ref = f"hf:{repo}/{file}" + (f"@{revision}" if revision != "main" else "")
+    cached_before = try_to_load_from_cache(repo, file, cache_dir=cache, revision=revision)
+    is_offline = offline()
+    endpoint = hub_endpoint()
+    try:
+        got = hf_hub_download(
+            repo,
+            file,
+            revision=revision,
+            cache_dir=cache,
+            endpoint=endpoint,
+            local_files_only=is_offline,
+            tqdm_class=_progress_class(progress),
+        )
+    except GatedRepoError as e:
+        raise SourceError(
+            f"{ref}: the repo is gated; accept its licence on the hub and log in (hf auth login), then retry ({e})"
+        ) from None
+    except RepositoryNotFoundError:
+        raise SourceError(
+            f"{ref}: repository {repo!r} not found at {endpoint} (check the name; private repos need hf auth login)"
+        ) from None
+    except RevisionNotFoundError:
+        raise SourceError(
+            f"{ref}: revision {revision!r} not found in {repo!r} (check the branch, tag or commit)"
+        ) from None
+    except LocalEntryNotFoundError:
+        if is_offline:
+            raise SourceError(
+                f"{ref} is not in the cache at {cache} and offline mode is on (HF_HUB_OFFLINE=1): run "
+                f"`cuca pull {ref}` with network access first, or unset HF_HUB_OFFLINE"
+            ) from None
+        raise SourceError(
+            f"cannot reach the Hugging Face hub at {endpoint} to download {ref}, and it is not in the cache at "
+            f"{cache}: check the network (or HF_ENDPOINT), or copy the file and pass its path"
+        ) from None
+    except EntryNotFoundError:
+        raise SourceError(f"{ref}: file {file!r} not found in {repo}@{revision} (check the file name)") from None
+    except HfHubHTTPError as e:
+        raise SourceError(f"{ref}: the hub at {endpoint} answered with an error: {e}") from None
+    except OSError as e:  # an incomplete transfer after retries, or a full disk
+        raise SourceError(f"{ref}: download failed ({e}); run the same command again to retry") from None
+    path = Path(got)
+    fresh = not isinstance(cached_before, str)
+    _check(path, ref, size, sha256, full=fresh, remove=[path.resolve(), path])
+    return path
+
+
+def url_cache_path(url: str) -> Path:
+    """Where a URL's file is kept: <hub cache>/cuca-urls/<hash of the URL>/<file name>."""
+    parts = urllib.parse.urlsplit(url)
+    name = os.path.basename(parts.path) or "download.gguf"
+    key = hashlib.sha256(urllib.parse.urlunsplit(parts._replace(fragment="")).encode()).hexdigest()[:24]
+    return hub_cache_dir() / "cuca-urls" / key / name
+
+
+def download_url(url: str, sha256: str | None = None, progress: bool = True, timeout: float = 30.0) -> Path:
+    """A file behind an http(s) URL, kept in the shared cache. An interrupted download leaves `<file>.incomplete`
+    behind and the next call resumes it with an HTTP Range request."""
+    final = url_cache_path(url)
+    if final.is_file():
+        _check(final, url, None, sha256, full=False, remove=[])
+        return final
+    if offline():
+        raise SourceError(
+            f"{url} is not in the cache at {final.parent} and offline mode is on (HF_HUB_OFFLINE=1): run "
+            f"`cuca pull {url}` with network access first, or unset HF_HUB_OFFLINE"
+        )
+    final.parent.mkdir(parents=True, exist_ok=True)
+    part = final.with_name(final.name + ".incomplete")
+    have = part.stat().st_size if part.is_file() else 0
+    req = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    total: int | None = None
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            if have and resp.status != 206:  # the server ignored the Range: start over
+                have = 0
+            length = resp.headers.get("Content-Length")
+            total = have + int(length) if length is not None else None
+            bar = _progress_class(progress)(
+                total=total, initial=have, unit="B", unit_scale=True, desc=final.name, file=sys.stderr
+            )
+            with bar, open(part, "ab" if have else "wb") as f:
+                while chunk := resp.read(1 << 20):
+                    f.write(chunk)
+                    bar.update(len(chunk))
+    except urllib.error.HTTPError as e:
+        if e.code == 416 and have:  # nothing left past what we have: the partial file is complete
+            pass
+        else:
+            raise SourceError(f"{url}: the server answered {e.code} {e.reason}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+        reason = getattr(e, "reason", e)
+        kept = f"; {part.stat().st_size} bytes kept, run again to resume" if part.is_file() else ""
+        raise SourceError(f"cannot download {url}: {reason}{kept}") from None
+    if total is not None and part.stat().st_size < total:
+        raise SourceError(f"download of {url} stopped at {part.stat().st_size} of {total} bytes; run again to resume")
+    _check(part, url, None, sha256, full=True, remove=[part])
+    shutil.move(str(part), final)
+    return final

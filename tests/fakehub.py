@@ -1,0 +1,118 @@
+"""A local stand-in for the Hugging Face hub: the few endpoints `hf_hub_download` calls (HEAD and GET on
+/{repo}/resolve/{revision}/{file}, with X-Repo-Commit, ETag and Range), plus plain files under /files/ for URL
+sources. Started inside a test; nothing leaves the machine."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+_RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
+
+
+@dataclass
+class FakeHub:
+    files: dict[tuple[str, str], bytes] = field(default_factory=dict)  # (repo, file) -> content
+    plain: dict[str, bytes] = field(default_factory=dict)  # /files/<name> -> content
+    revisions: tuple[str, ...] = ("main", COMMIT)
+    drop_after: dict[str, int] = field(default_factory=dict)  # path -> bytes sent before the first GET breaks off
+    log: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, Range header)
+    url: str = ""
+
+    def add(self, repo: str, file: str, content: bytes) -> str:
+        self.files[(repo, file)] = content
+        return hashlib.sha256(content).hexdigest()
+
+    def gets(self, needle: str) -> list[str | None]:
+        """The Range headers of the GETs whose path contains `needle` (None for a request without one)."""
+        return [r for m, p, r in self.log if m == "GET" and needle in p]
+
+
+def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:  # quiet
+            pass
+
+        def _lookup(self) -> tuple[bytes | None, dict[str, str], int]:
+            path = self.path.split("?", 1)[0]
+            if path.startswith("/files/"):
+                body = hub.plain.get(path[len("/files/"):])
+                return body, {}, 200 if body is not None else 404
+            m = _RESOLVE.match(path)
+            if m is None:
+                return None, {}, 404
+            repo, rev, file = m["repo"], m["rev"], m["file"]
+            if not any(r == repo for r, _ in hub.files):
+                return None, {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"}, 404
+            if rev not in hub.revisions:
+                return None, {"X-Error-Code": "RevisionNotFound", "X-Error-Message": "Invalid rev id"}, 404
+            body = hub.files.get((repo, file))
+            if body is None:
+                return None, {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found",
+                              "X-Repo-Commit": COMMIT}, 404
+            sha = hashlib.sha256(body).hexdigest()
+            return body, {"X-Repo-Commit": COMMIT, "ETag": f'"{sha}"', "X-Linked-Etag": f'"{sha}"',
+                          "X-Linked-Size": str(len(body)), "Accept-Ranges": "bytes"}, 200
+
+        def _answer(self, send_body: bool) -> None:
+            rng = self.headers.get("Range")
+            hub.log.append((self.command, self.path, rng))
+            body, headers, status = self._lookup()
+            if body is None:
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            start = 0
+            if rng is not None and send_body:
+                start = int(re.fullmatch(r"bytes=(\d+)-", rng)[1])  # type: ignore[index]
+                status = 206
+            part = body[start:]
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            if status == 206:
+                self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+            self.send_header("Content-Length", str(len(part)))
+            self.end_headers()
+            if not send_body:
+                return
+            cut = hub.drop_after.pop(self.path.split("?", 1)[0], None)
+            if cut is not None:  # break the connection mid-body, once
+                self.wfile.write(part[:cut])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            self.wfile.write(part)
+
+        def do_HEAD(self) -> None:
+            self._answer(send_body=False)
+
+        def do_GET(self) -> None:
+            self._answer(send_body=True)
+
+    return Handler
+
+
+@contextmanager
+def serve(hub: FakeHub) -> Iterator[FakeHub]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
+    server.daemon_threads = True
+    hub.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    try:
+        yield hub
+    finally:
+        server.shutdown()
+        server.server_close()
