@@ -1,97 +1,289 @@
-"""Command line: `cuca generate MODEL ...`. Builds config objects and prints; no inference logic here."""
+"""Command line: `cuca run`, `cuca chat`, `cuca info`, `cuca pull` (and `cuca generate`, the scriptable form).
+Builds config objects and prints; no inference logic here. Every error is one line on stderr and exit code 2."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from .engine import Generation
-from .errors import CucaError
+from .errors import ContextLengthError, CucaError
+from .gguf import open_gguf
 from .local import LocalModel, LocalModelConfig
+from .sources import ModelSource, paired_drafter
+from .speculative.stats import RequestDraftStats
+
+DRAFTER_HELP = (
+    "prompt-lookup (any model), in-trunk (a Qwen 3.5 MTP file's own head), auto (the preset's paired drafter, else "
+    "prompt lookup), none, or a drafter GGUF source (preset, hf:..., URL or path); default: none"
+)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _add_model(p: argparse.ArgumentParser, drafting: bool = True) -> None:
+    p.add_argument("model", help="a preset name, hf:owner/repo/file.gguf[@revision], an https URL, or a GGUF path")
+    if drafting:
+        p.add_argument("--drafter", default=None, help=DRAFTER_HELP)
+        p.add_argument("--draft-tokens", type=int, default=3, help="drafts per speculative round (default 3)")
+    p.add_argument("--threads", type=int, default=0, help="worker threads (default 0: every core)")
+    p.add_argument("--context-length", type=int, default=0, help="context window (default: min(4096, trained))")
+
+
+def _add_sampling(p: argparse.ArgumentParser, max_tokens: int = 128) -> None:
+    p.add_argument("--max-tokens", type=int, default=max_tokens)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, help="0 disables (default)")
+    p.add_argument("--top-p", type=float, default=1.0, help="1.0 disables (default)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     ap = argparse.ArgumentParser(prog="cuca", description="Fast, exact, in-process LLM inference on GGUF files")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    g = sub.add_parser("generate", help="generate a continuation or a chat reply")
-    g.add_argument("model", help="a GGUF path or a preset name")
+
+    r = sub.add_parser("run", help="stream a continuation of a prompt, then one line of speed and acceptance")
+    _add_model(r)
+    r.add_argument("prompt", nargs="?", default=None, help="the prompt; '-' or none reads it from stdin")
+    r.add_argument("--chat", action="store_true", help="send the prompt as a user message (chat template)")
+    r.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    _add_sampling(r)
+
+    c = sub.add_parser("chat", help="interactive chat: one user message per stdin line (/reset, /exit)")
+    _add_model(c)
+    c.add_argument("--system", default=None, help="a system message")
+    _add_sampling(c, max_tokens=512)
+
+    i = sub.add_parser("info", help="what a GGUF file holds: architecture, tensors, tokenizer, prediction head")
+    i.add_argument("model", help="a GGUF path or any model source (downloaded first if needed)")
+    i.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("pull", help="download a model source into the shared Hugging Face cache; prints the path")
+    p.add_argument("model", help="a preset name, hf:owner/repo/file.gguf[@revision] or an https URL")
+
+    g = sub.add_parser("generate", help="generate a continuation or a chat reply (scriptable: --json)")
+    _add_model(g)
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="raw text to continue")
     src.add_argument("--chat", help="a user message, rendered with the model's chat template")
-    g.add_argument("--max-tokens", type=int, default=128)
-    g.add_argument("--temperature", type=float, default=0.0)
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--threads", type=int, default=0)
-    g.add_argument("--context-length", type=int, default=0)
-    g.add_argument("--drafter", default=None, help="prompt-lookup, in-trunk, or a drafter GGUF path / preset")
-    g.add_argument("--draft-tokens", type=int, default=3)
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
-    return ap
+    _add_sampling(g)
+    return ap, {"run": r, "chat": c, "info": i, "pull": p, "generate": g}
 
 
-def _generate(a: argparse.Namespace) -> int:
-    model = LocalModel.load_sync(
+# ---- shared pieces ---------------------------------------------------------------------------------------------------
+def _load(a: argparse.Namespace) -> LocalModel:
+    drafter = a.drafter
+    if drafter == "none":
+        drafter = None
+    elif drafter == "auto":
+        drafter = paired_drafter(a.model) or "prompt-lookup"
+    return LocalModel.load_sync(
         LocalModelConfig(
-            a.model, drafter=a.drafter, draft_tokens=a.draft_tokens, context_length=a.context_length, threads=a.threads
+            a.model, drafter=drafter, draft_tokens=a.draft_tokens, context_length=a.context_length, threads=a.threads
         )
     )
-    if a.chat is not None:
-        ids = model.chat_prompt([{"role": "user", "content": a.chat}])
-    else:
-        ids = model.prompt_ids(a.prompt)
+
+
+def _sampling(a: argparse.Namespace) -> dict[str, Any]:
+    return dict(
+        max_tokens=a.max_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed, stop=a.stop
+    )
+
+
+def _summary(gen: Generation) -> str:
+    """One line: decode speed, prompt speed, acceptance, finish reason."""
+    t = gen.timings
+    line = (
+        f"[{t.n_generated} tokens at {t.tokens_per_second:.1f} tok/s, prompt {t.n_prompt} tokens at "
+        f"{t.prompt_tokens_per_second:.1f} tok/s"
+    )
+    d: RequestDraftStats | None = gen.draft
+    if d is not None:
+        rate = d.acceptance_rate()
+        line += f"; drafted {d.drafted} in {d.rounds} rounds, accepted {d.accepted}"
+        line += f" ({rate:.0%}), {d.tokens_per_round():.2f} tokens/round" if rate is not None else ""
+    return line + f"; finish: {gen.finish_reason or 'length'}]"
+
+
+def _stream(model: LocalModel, ids: list[int], kw: dict[str, Any], out: TextIO) -> tuple[str, Generation]:
     gen = Generation()
-    kw: dict[str, Any] = dict(
-        max_tokens=a.max_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed
-    )
-    pieces = model.stream_ids_sync(ids, gen=gen, **kw)
+    pieces = []
+    for piece in model.stream_ids_sync(ids, gen=gen, **kw):
+        pieces.append(piece)
+        out.write(piece)
+        out.flush()
+    out.write("\n")
+    out.flush()
+    return "".join(pieces), gen
+
+
+def _result_json(text: str, gen: Generation) -> dict[str, Any]:
+    t = gen.timings
+    out: dict[str, Any] = {
+        "text": text,
+        "tokens": gen.tokens,
+        "finish_reason": gen.finish_reason or "length",
+        "n_prompt_tokens": t.n_prompt,
+        "n_generated": t.n_generated,
+        "prompt_tokens_per_second": round(t.prompt_tokens_per_second, 3),
+        "tokens_per_second": round(t.tokens_per_second, 3),
+    }
+    if gen.draft is not None:
+        out["draft"] = gen.draft.to_dict()
+    return out
+
+
+# ---- commands --------------------------------------------------------------------------------------------------------
+def _run(a: argparse.Namespace, chat: str | None = None) -> int:
+    prompt = a.prompt if chat is None else chat
+    if prompt is None or prompt == "-":
+        prompt = sys.stdin.read()
+    model = _load(a)
+    use_chat = chat is not None or a.chat
+    ids = model.chat_prompt([{"role": "user", "content": prompt}]) if use_chat else model.prompt_ids(prompt)
+    kw = _sampling(a)
     if a.json:
-        text = "".join(pieces)
-        t = gen.timings
-        out: dict[str, Any] = {
-            "text": text,
-            "tokens": gen.tokens,
-            "finish_reason": gen.finish_reason,
-            "n_prompt_tokens": t.n_prompt,
-            "n_generated": t.n_generated,
-            "prompt_tokens_per_second": round(t.prompt_tokens_per_second, 3),
-            "tokens_per_second": round(t.tokens_per_second, 3),
-        }
-        if gen.draft is not None:
-            out["draft"] = gen.draft.to_dict()
-        print(json.dumps(out, ensure_ascii=False))
-    else:
-        for piece in pieces:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-        t = gen.timings
-        sys.stdout.write("\n")
-        sys.stdout.flush()
-        line = (
-            f"[{t.n_prompt} prompt tokens at {t.prompt_tokens_per_second:.1f} tok/s, "
-            f"{t.n_generated} generated at {t.tokens_per_second:.1f} tok/s, finish: {gen.finish_reason}"
-        )
-        if gen.draft is not None:
-            rate = gen.draft.acceptance_rate()
-            line += f", drafted {gen.draft.drafted}, accepted {gen.draft.accepted}"
-            line += f" ({rate:.0%})" if rate is not None else ""
-        print(line + "]", file=sys.stderr)
+        gen = Generation()
+        text = "".join(model.stream_ids_sync(ids, gen=gen, **kw))
+        print(json.dumps(_result_json(text, gen), ensure_ascii=False))
+        return 0
+    _, gen = _stream(model, ids, kw, sys.stdout)
+    print(_summary(gen), file=sys.stderr)
     return 0
 
 
+def _generate(a: argparse.Namespace) -> int:
+    if a.chat is not None:
+        return _run(a, chat=a.chat)
+    a.chat = False
+    return _run(a)
+
+
+def _chat(a: argparse.Namespace) -> int:
+    model = _load(a)
+    base: list[dict[str, Any]] = [{"role": "system", "content": a.system}] if a.system else []
+    history = list(base)
+    kw = _sampling(a)
+    interactive = sys.stdin.isatty()
+    print(f"[{model.source} loaded; one message per line, /reset clears, /exit or end of input quits]", file=sys.stderr)
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            break
+        msg = line.rstrip("\r\n")
+        if not msg.strip():
+            continue
+        if msg.strip() in ("/exit", "/quit"):
+            break
+        if msg.strip() == "/reset":
+            history = list(base)
+            print("[conversation cleared]", file=sys.stderr)
+            continue
+        history.append({"role": "user", "content": msg})
+        try:
+            text, gen = _stream(model, model.chat_prompt(history), kw, sys.stdout)
+        except ContextLengthError as e:
+            history.pop()
+            print(f"cuca: error: {e}; /reset starts a new conversation", file=sys.stderr)
+            continue
+        history.append({"role": "assistant", "content": text})
+        print(_summary(gen), file=sys.stderr)
+    return 0
+
+
+_NEXTN = re.compile(r"^blk\.\d+\.nextn\.")
+
+
+def file_info(path: Any) -> dict[str, Any]:
+    """What `cuca info` prints, as data."""
+    f = open_gguf(path)
+    md = f.metadata
+    arch = f.architecture
+    by_type = Counter(t.type_name for t in f.tensors.values())
+    tokens = md.get("tokenizer.ggml.tokens")
+    nextn_layers = int(md.get(f"{arch}.nextn_predict_layers", 0) or 0)
+    nextn_tensors = sum(1 for name in f.tensors if _NEXTN.match(name))
+    if arch == "gemma4-assistant":
+        head = "this file is a drafter (gemma4-assistant): pair it with a gemma4 target via --drafter"
+    elif nextn_layers or nextn_tensors:
+        head = (
+            f"in-trunk MTP head ({nextn_layers} nextn layer(s), {nextn_tensors} blk.*.nextn.* tensors): "
+            "--drafter in-trunk"
+        )
+    else:
+        head = "none (drafting still works with --drafter prompt-lookup)"
+    return {
+        "path": str(f.path),
+        "file_size": f.file_size(),
+        "architecture": arch,
+        "name": md.get("general.name"),
+        "block_count": md.get(f"{arch}.block_count"),
+        "embedding_length": md.get(f"{arch}.embedding_length"),
+        "context_length": md.get(f"{arch}.context_length"),
+        "tensor_count": len(f.tensors),
+        "tensors_by_type": dict(sorted(by_type.items(), key=lambda kv: -kv[1])),
+        "tokenizer_model": md.get("tokenizer.ggml.model"),
+        "vocab_size": len(tokens) if tokens is not None else None,
+        "chat_template": bool(md.get("tokenizer.chat_template")),
+        "prediction_head": head,
+        "has_prediction_head": arch == "gemma4-assistant" or bool(nextn_layers or nextn_tensors),
+    }
+
+
+def _info(a: argparse.Namespace) -> int:
+    info = file_info(ModelSource.parse(a.model).resolve())
+    if a.json:
+        print(json.dumps(info))
+        return 0
+    size = info["file_size"]
+    rows = [
+        ("file", f"{info['path']} ({size:,} bytes, {size / 2**20:.1f} MiB)"),
+        ("architecture", info["architecture"] + (f" ({info['name']})" if info["name"] else "")),
+        ("layers", f"{info['block_count']}, width {info['embedding_length']}, context {info['context_length']}"),
+        ("tensors", f"{info['tensor_count']}: " + ", ".join(f"{k} {v}" for k, v in info["tensors_by_type"].items())),
+        ("tokenizer", f"{info['tokenizer_model']}, vocab {info['vocab_size']}"),
+        ("chat template", "yes" if info["chat_template"] else "no"),
+        ("prediction head", info["prediction_head"]),
+    ]
+    for k, v in rows:
+        print(f"{k:<16}{v}")
+    return 0
+
+
+def _pull(a: argparse.Namespace) -> int:
+    print(ModelSource.parse(a.model).resolve(progress=True))
+    return 0
+
+
+COMMANDS = {"run": _run, "chat": _chat, "info": _info, "pull": _pull, "generate": _generate}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    a = _parser().parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    ap, subs = _parser()
+    if args and args[0] in subs:  # options may come before or after the prompt
+        a = subs[args[0]].parse_intermixed_args(args[1:])
+        a.cmd = args[0]
+    else:
+        a = ap.parse_args(args)
     try:
-        if a.cmd == "generate":
-            return _generate(a)
+        return COMMANDS[a.cmd](a)
     except CucaError as e:
         print(f"cuca: error: {e}", file=sys.stderr)
         return 2
-    return 1
+    except OSError as e:  # a file that cannot be read, a full disk
+        print(f"cuca: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

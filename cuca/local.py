@@ -36,11 +36,20 @@ class LocalModelConfig:
     device: str = "cpu"
 
     def validate(self) -> None:
-        if not isinstance(self.context_length, int) or self.context_length < 0:
+        if not isinstance(self.source, (ModelSource, str, os.PathLike)):
+            raise ConfigError(
+                f"source must be a preset name, hf:owner/repo/file.gguf, a URL, a path or a ModelSource, "
+                f"got {type(self.source).__name__}"
+            )
+        if self.drafter is not None and not isinstance(self.drafter, (DrafterSource, ModelSource, str, os.PathLike)):
+            raise ConfigError(
+                f"drafter must be None, a DrafterSource, a ModelSource or a string, got {type(self.drafter).__name__}"
+            )
+        if not _is_int(self.context_length) or self.context_length < 0:
             raise ConfigError(f"context_length must be an integer >= 0, got {self.context_length!r}")
-        if not isinstance(self.threads, int) or self.threads < 0:
+        if not _is_int(self.threads) or self.threads < 0:
             raise ConfigError(f"threads must be an integer >= 0, got {self.threads!r}")
-        if self.drafter is not None and (not isinstance(self.draft_tokens, int) or self.draft_tokens < 1):
+        if not _is_int(self.draft_tokens) or (self.drafter is not None and self.draft_tokens < 1):
             raise ConfigError(f"draft_tokens must be an integer >= 1 when a drafter is set, got {self.draft_tokens!r}")
         if self.device != "cpu":
             raise ConfigError(f"device {self.device!r} is not available in this build (only 'cpu')")
@@ -119,11 +128,14 @@ class LocalModel:
         top_k: int = 0,
         top_p: float = 1.0,
         seed: int | None = None,
-        stop: Sequence[str] = (),
+        stop: str | Sequence[str] = (),
         gen: Generation | None = None,
     ) -> Iterator[str]:
         """Stream text pieces for a tokenized prompt; `gen` receives ids, finish reason and timings."""
+        if not _is_int(max_tokens) or max_tokens < 1:
+            raise ConfigError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
         params = SamplingParams(temperature, top_k, top_p, seed)
+        stop = _stop_strings(stop)
         gen = gen if gen is not None else Generation()
         spec = self._speculation()
         gen.draft = spec.stats if spec is not None else None
@@ -194,6 +206,30 @@ class LocalModel:
             if piece is done:
                 return
             yield piece  # type: ignore[misc]
+
+    async def stream_chat(self, messages: list[dict[str, Any]], **kw: Any) -> AsyncIterator[str]:
+        it = self.stream_chat_sync(messages, **kw)
+        done = object()
+        while True:
+            piece = await asyncio.to_thread(next, it, done)
+            if piece is done:
+                return
+            yield piece  # type: ignore[misc]
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _stop_strings(stop: str | Sequence[str] | None) -> tuple[str, ...]:
+    """`stop` as a tuple of strings: one string is one stop string (not its characters)."""
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,)
+    if not all(isinstance(s, str) for s in stop):
+        raise ConfigError(f"stop must be a string or a list of strings, got {stop!r}")
+    return tuple(stop)
 
 
 def _find_stop(text: str, stop: Sequence[str]) -> int | None:

@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import hashlib
 import re
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import huggingface_hub.constants as hf_constants
+import pytest
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
@@ -116,3 +123,37 @@ def serve(hub: FakeHub) -> Iterator[FakeHub]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def use(hub: FakeHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Point this test at the fake hub: HF_ENDPOINT, a cache under tmp_path, online. huggingface_hub reads some
+    settings at import time, so those are pointed at the test's own places as well; its registry fetch (a call to
+    the real endpoint) is switched off, and resolving any host other than localhost fails the test."""
+    for key in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr("huggingface_hub.utils._detect_agent._fetch_registry", lambda: None)
+    monkeypatch.setattr(socket, "getaddrinfo", _local_only(socket.getaddrinfo))
+
+
+def _local_only(real: Any) -> Any:
+    def getaddrinfo(host: Any, *args: Any, **kw: Any) -> Any:
+        if host not in ("127.0.0.1", "localhost", "::1", b"127.0.0.1", b"localhost"):
+            pytest.fail(f"a test tried to reach {host!r}")
+        return real(host, *args, **kw)
+
+    return getaddrinfo
+
+
+class NoSleep:
+    """Stands in for the `time` module: huggingface_hub's retry backoff without the waiting."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(_s: float) -> None:
+        pass

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +10,7 @@ from typing import Any
 import huggingface_hub.constants as hf_constants
 import huggingface_hub.utils._http as hf_http
 import pytest
-from fakehub import FakeHub, serve
+from fakehub import FakeHub, NoSleep, serve, use
 from synth import write_tiny
 
 from cuca import LocalModel, LocalModelConfig, ModelSource
@@ -24,40 +22,9 @@ from cuca.speculative.source import DrafterSource
 
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    """A fake hub on localhost, HF_ENDPOINT pointing at it and the cache in tmp_path. huggingface_hub reads some
-    settings at import time, so those are pointed at the test's own places as well; its telemetry-like registry
-    fetch is switched off, and any attempt to resolve a host other than localhost fails the test."""
-    fake = FakeHub()
-    with serve(fake):
-        for key in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN"):
-            monkeypatch.delenv(key, raising=False)
-        monkeypatch.setenv("HF_ENDPOINT", fake.url)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-        monkeypatch.setattr("huggingface_hub.utils._detect_agent._fetch_registry", lambda: None)
-        monkeypatch.setattr(socket, "getaddrinfo", _local_only(socket.getaddrinfo))
-        monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
-        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    with serve(FakeHub()) as fake:
+        use(fake, monkeypatch, tmp_path)
         yield fake
-
-
-def _local_only(real: Any) -> Any:
-    def getaddrinfo(host: Any, *args: Any, **kw: Any) -> Any:
-        if host not in ("127.0.0.1", "localhost", "::1", b"127.0.0.1", b"localhost"):
-            pytest.fail(f"a test tried to reach {host!r}")
-        return real(host, *args, **kw)
-
-    return getaddrinfo
-
-
-class _NoSleep:
-    """huggingface_hub's retry backoff without the waiting."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-    @staticmethod
-    def sleep(_s: float) -> None:
-        pass
 
 
 def _preset(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> str:
@@ -196,7 +163,7 @@ def test_interrupted_hub_download_resumes_with_a_range_request(
     sha = hub.add("acme/tiny", "tiny.gguf", body)
     hub.drop_after["/acme/tiny/resolve/main/tiny.gguf"] = 5000
     monkeypatch.setattr(hf_constants, "DOWNLOAD_CHUNK_SIZE", 1024)  # so the bytes before the break are kept
-    monkeypatch.setattr("huggingface_hub.file_download.time", _NoSleep())
+    monkeypatch.setattr("huggingface_hub.file_download.time", NoSleep())
     name = _preset(monkeypatch, sha256=sha, size=len(body))
     assert ModelSource.parse(name).resolve(progress=False).read_bytes() == body
     ranges = hub.gets("tiny.gguf")
@@ -223,7 +190,7 @@ def test_unreachable_hub_is_a_clear_error_and_the_cache_still_serves(
     hub.add("acme/tiny", "m.gguf", b"GGUF" * 100)
     path = ModelSource.parse("hf:acme/tiny/m.gguf").resolve(progress=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
-    monkeypatch.setattr(hf_http, "time", _NoSleep())
+    monkeypatch.setattr(hf_http, "time", NoSleep())
     assert ModelSource.parse("hf:acme/tiny/m.gguf").resolve(progress=False) == path
     with pytest.raises(SourceError, match="cannot reach the Hugging Face hub at http://127.0.0.1:9"):
         ModelSource.parse("hf:acme/tiny/other.gguf").resolve(progress=False)
