@@ -51,6 +51,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     r.add_argument("prompt", nargs="?", default=None, help="the prompt; '-' or none reads it from stdin")
     r.add_argument("--chat", action="store_true", help="send the prompt as a user message (chat template)")
     r.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    r.add_argument(
+        "--compare", action="store_true", help="then decode the same request plainly: speedup and identical output"
+    )
     _add_sampling(r)
 
     c = sub.add_parser("chat", help="interactive chat: one user message per stdin line (/reset, /exit)")
@@ -147,14 +150,39 @@ def _run(a: argparse.Namespace, chat: str | None = None) -> int:
     use_chat = chat is not None or a.chat
     ids = model.chat_prompt([{"role": "user", "content": prompt}]) if use_chat else model.prompt_ids(prompt)
     kw = _sampling(a)
+    compare = getattr(a, "compare", False)
     if a.json:
         gen = Generation()
         text = "".join(model.stream_ids_sync(ids, gen=gen, **kw))
-        print(json.dumps(_result_json(text, gen), ensure_ascii=False))
+        res = _result_json(text, gen)
+        if compare:
+            res["plain"] = _compare(model, ids, kw, gen)
+        print(json.dumps(res, ensure_ascii=False))
         return 0
     _, gen = _stream(model, ids, kw, sys.stdout)
     print(_summary(gen), file=sys.stderr)
+    if compare:
+        c = _compare(model, ids, kw, gen)
+        same = "identical to" if c["identical"] else "differs from"
+        print(
+            f"[plain decoding, same request: {c['tokens_per_second']:.1f} tok/s; speedup {c['speedup']:.2f}x; "
+            f"output {same} plain decoding]",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _compare(model: LocalModel, ids: list[int], kw: dict[str, Any], spec: Generation) -> dict[str, Any]:
+    """Decode the same request plainly on the same weights: its speed, the speedup, and whether the tokens match."""
+    plain = Generation()
+    for _ in model.stream_ids_sync(ids, gen=plain, draft=False, **kw):
+        pass
+    tps = plain.timings.tokens_per_second
+    return {
+        "tokens_per_second": round(tps, 3),
+        "speedup": round(spec.timings.tokens_per_second / tps, 3) if tps > 0 else None,
+        "identical": plain.tokens == spec.tokens,
+    }
 
 
 def _generate(a: argparse.Namespace) -> int:

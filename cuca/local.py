@@ -130,14 +130,16 @@ class LocalModel:
         seed: int | None = None,
         stop: str | Sequence[str] = (),
         gen: Generation | None = None,
+        draft: bool = True,
     ) -> Iterator[str]:
-        """Stream text pieces for a tokenized prompt; `gen` receives ids, finish reason and timings."""
+        """Stream text pieces for a tokenized prompt; `gen` receives ids, finish reason and timings. `draft=False`
+        decodes this request plainly even when the model has a drafter (to measure what drafting gains)."""
         if not _is_int(max_tokens) or max_tokens < 1:
             raise ConfigError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
         params = SamplingParams(temperature, top_k, top_p, seed)
         stop = _stop_strings(stop)
         gen = gen if gen is not None else Generation()
-        spec = self._speculation()
+        spec = self._speculation() if draft else None
         gen.draft = spec.stats if spec is not None else None
         with self._lock:
             try:

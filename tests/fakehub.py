@@ -135,7 +135,12 @@ def use(hub: FakeHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr("huggingface_hub.utils._detect_agent._fetch_registry", lambda: None)
+    try:  # newer clients fetch an "agent harness" registry from the endpoint read at import time
+        import huggingface_hub.utils._detect_agent as detect_agent
+
+        monkeypatch.setattr(detect_agent, "_fetch_registry", lambda: None)
+    except ImportError:
+        pass
     monkeypatch.setattr(socket, "getaddrinfo", _local_only(socket.getaddrinfo))
 
 

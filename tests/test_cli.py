@@ -51,6 +51,15 @@ def test_run_reads_the_prompt_from_stdin_and_prints_json(
     assert rc == 0 and res["n_generated"] == 5 and res["n_prompt_tokens"] > 2 and res["finish_reason"] == "length"
 
 
+def test_run_compare_measures_plain_decoding_in_the_same_run(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", str(path), "abcabcabcabc", "--drafter", "prompt-lookup", "--max-tokens", "10", "--threads", "1"]
+    rc, out, err = _run(argv + ["--compare"], capsys)
+    assert rc == 0 and "speedup" in err and "identical to plain decoding" in err and len(err.strip().splitlines()) == 2
+    rc, out, _ = _run(argv + ["--compare", "--json"], capsys)
+    res = json.loads(out)
+    assert res["plain"]["identical"] is True and res["plain"]["speedup"] > 0 and res["draft"]["rounds"] > 0
+
+
 def test_chat_keeps_the_conversation(
     path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
