@@ -15,6 +15,9 @@ import gguf
 import numpy as np
 
 Q = gguf.GGMLQuantizationType
+# q/k norm weights around 0.3: with attention scale 1.0, unit-RMS q and k would give scores of std sqrt(hd), a
+# near-one-hot softmax that turns activation rounding into chaos; trained models keep scores moderate too
+QK_NORM = 0.3
 
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
@@ -146,8 +149,8 @@ class _Tensors:
         if name not in self.skip:
             self.w.add_tensor(name, np.ascontiguousarray(values, dtype=np.float32))
 
-    def norm(self, name: str, n: int) -> None:
-        self.vec(name, 1.0 + 0.2 * self.rng.standard_normal(n, dtype=np.float32))
+    def norm(self, name: str, n: int, center: float = 1.0) -> None:
+        self.vec(name, center * (1.0 + 0.2 * self.rng.standard_normal(n, dtype=np.float32)))
 
 
 def rope_freqs(s: Gemma4Shape) -> np.ndarray:
@@ -210,6 +213,7 @@ def write_gemma4(
     w.add_float32(f"{a}.final_logit_softcapping", s.softcap)
     _tokenizer(w, s.n_vocab)
     t = _Tensors(w, rng, random_blocks, skip)
+    unused = _Tensors(w, np.random.default_rng(seed + 1000), random_blocks, skip)  # keeps t's draws unchanged
     proj_type = Q.F16 if qtype not in (Q.F32,) else Q.F32
     t.mat("token_embd.weight", s.n_vocab, s.n_embd, embd_qtype, std=0.5)
     t.mat("per_layer_token_embd.weight", s.n_vocab, s.n_layer * s.n_ple, embd_qtype, std=0.5)
@@ -221,13 +225,14 @@ def write_gemma4(
         p, hd, ff = f"blk.{il}.", s.head_dim(il), s.n_ff_at(il)
         t.norm(p + "attn_norm.weight", s.n_embd)
         t.mat(p + "attn_q.weight", s.n_head * hd, s.n_embd, qtype)
+        kv = t if il < first_shared else unused
         if il < first_shared or shared_kv_tensors:
-            t.mat(p + "attn_k.weight", s.n_head_kv * hd, s.n_embd, qtype)
-            t.mat(p + "attn_v.weight", s.n_head_kv * hd, s.n_embd, qtype)
+            kv.mat(p + "attn_k.weight", s.n_head_kv * hd, s.n_embd, qtype)
+            kv.mat(p + "attn_v.weight", s.n_head_kv * hd, s.n_embd, qtype)
         t.mat(p + "attn_output.weight", s.n_embd, s.n_head * hd, qtype)
-        t.norm(p + "attn_q_norm.weight", hd)
+        t.norm(p + "attn_q_norm.weight", hd, QK_NORM)
         if il < first_shared or shared_kv_tensors:
-            t.norm(p + "attn_k_norm.weight", hd)
+            kv.norm(p + "attn_k_norm.weight", hd, QK_NORM)
         t.norm(p + "post_attention_norm.weight", s.n_embd)
         t.norm(p + "ffn_norm.weight", s.n_embd)
         t.mat(p + "ffn_gate.weight", ff, s.n_embd, qtype)
@@ -281,7 +286,7 @@ def write_gemma4_assistant(
         p, hd = f"blk.{il}.", target.hd_swa if swa[il] else target.hd
         t.norm(p + "attn_norm.weight", s.n_embd)
         t.mat(p + "attn_q.weight", s.n_head * hd, s.n_embd, qtype)
-        t.norm(p + "attn_q_norm.weight", hd)
+        t.norm(p + "attn_q_norm.weight", hd, QK_NORM)
         t.mat(p + "attn_output.weight", s.n_embd, s.n_head * hd, qtype)
         t.norm(p + "post_attention_norm.weight", s.n_embd)
         t.norm(p + "ffn_norm.weight", s.n_embd)
