@@ -192,3 +192,19 @@ def dequantize64(raw: np.ndarray, wtype: int, n_out: int, n_in: int) -> np.ndarr
     if u.bias is not None:
         v += u.bias.astype(np.float64)[..., None]
     return v.reshape(n_out, n_in)
+
+
+def quantize_q8_0(x: np.ndarray, chunk_rows: int = 4096) -> np.ndarray:
+    """float32 (n_out, n_in) -> Q8_0 blocks (n_out, n_in / 32 * 34) uint8: d = fp16(amax / 127), q = round(x / d)
+    (half to even). For storing float weights compactly; a row's codes depend on that row only."""
+    n_out, n_in = x.shape
+    row_bytes(Q8_0, n_in)
+    out = np.empty((n_out, n_in // 32, 34), np.uint8)
+    for r0 in range(0, n_out, chunk_rows):
+        b = np.asarray(x[r0 : r0 + chunk_rows], np.float32).reshape(-1, n_in // 32, 32)
+        d = (np.abs(b).max(axis=2) / np.float32(127)).astype(np.float16)
+        inv = np.divide(np.float32(1), d.astype(np.float32), out=np.zeros(d.shape, np.float32), where=d != 0)
+        q = np.clip(np.rint(b * inv[..., None]), -127, 127).astype(np.int8)
+        out[r0 : r0 + chunk_rows, :, 0:2] = d.view(np.uint8).reshape(*d.shape, 2)
+        out[r0 : r0 + chunk_rows, :, 2:] = q.view(np.uint8)
+    return out.reshape(n_out, -1)

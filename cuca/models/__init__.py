@@ -12,7 +12,8 @@ from ..gguf import GGUFFile
 from .cache import KVCache
 from .layers import Ops
 
-ARCHITECTURES = ("llama", "gemma3")
+ARCHITECTURES = ("llama", "gemma3", "gemma4")
+DRAFTER_ARCHITECTURES = ("gemma4-assistant",)  # drafters only: they need a target to run
 
 
 class Model(Protocol):
@@ -35,6 +36,11 @@ class Model(Protocol):
 
 def load_model(f: GGUFFile, ops: Ops | None = None) -> Any:
     """Bind the weights of `f` to its architecture's Model (no copies: weights stay memory-mapped)."""
+    if f.architecture in DRAFTER_ARCHITECTURES:
+        raise ProviderError(
+            f"{f.path}: architecture {f.architecture!r} is a drafter, not a model to generate with: load its target "
+            f"as the source and pass this file as the drafter (DrafterSource.file(...))"
+        )
     if f.architecture not in ARCHITECTURES:
         raise ProviderError(
             f"{f.path}: architecture {f.architecture!r} is not supported (supported: {', '.join(ARCHITECTURES)})"

@@ -14,7 +14,7 @@ import numpy as np
 from .. import kernels
 from ..errors import ProviderError
 from ..gguf import GGUFFile, TensorInfo
-from ..quants import SUPPORTED_TYPES, row_bytes
+from ..quants import FLOAT_TYPES, Q8_0, SUPPORTED_TYPES, dequantize, quantize_q8_0, row_bytes
 from .cache import KVCache
 
 
@@ -44,6 +44,18 @@ class Linear:
         out = np.empty((x.shape[0], self.n_out), np.float32)
         ops.k.matmul(self.w, self.wtype, self.n_out, self.n_in, x, out, ops.threads)
         return out
+
+    def as_q8_0(self) -> Linear:
+        """This weight stored as Q8_0 (float matrices only; quantized ones are returned as they are)."""
+        if self.wtype not in FLOAT_TYPES or self.n_in % 32:
+            return self
+        new = object.__new__(Linear)
+        new.name, new.wtype, new.n_out, new.n_in = self.name, Q8_0, self.n_out, self.n_in
+        new.w = np.empty((self.n_out, row_bytes(Q8_0, self.n_in)), np.uint8)
+        for r0 in range(0, self.n_out, 8192):  # bounded float32 scratch for 262k-row tables
+            rows = dequantize(self.w[r0 : r0 + 8192], self.wtype, min(8192, self.n_out - r0), self.n_in)
+            new.w[r0 : r0 + 8192] = quantize_q8_0(rows)
+        return new
 
     def rows(self, ops: Ops, ids: np.ndarray) -> np.ndarray:
         """Embedding lookup: dequantized rows `ids` (M,) -> (M, n_in)."""
@@ -75,8 +87,8 @@ def rms_norm(ops: Ops, x: np.ndarray, w: np.ndarray | None, eps: float) -> np.nd
     return out
 
 
-def head_norm(ops: Ops, x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    """RMS norm over each head of x (M, n_head, hd)."""
+def head_norm(ops: Ops, x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
+    """RMS norm over each head of x (M, n_head, hd); w None: no weight."""
     m, h, d = x.shape
     out = np.empty_like(x)
     ops.k.rms_norm(x.reshape(m * h, d), w, eps, out.reshape(m * h, d), ops.threads)
