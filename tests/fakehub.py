@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import huggingface_hub.constants as hf_constants
-import pytest
+if TYPE_CHECKING:
+    import pytest
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
@@ -129,6 +129,8 @@ def use(hub: FakeHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Point this test at the fake hub: HF_ENDPOINT, a cache under tmp_path, online. huggingface_hub reads some
     settings at import time, so those are pointed at the test's own places as well; its registry fetch (a call to
     the real endpoint) is switched off, and resolving any host other than localhost fails the test."""
+    import huggingface_hub.constants as hf_constants
+
     for key in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
@@ -145,6 +147,8 @@ def use(hub: FakeHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def _local_only(real: Any) -> Any:
+    import pytest
+
     def getaddrinfo(host: Any, *args: Any, **kw: Any) -> Any:
         if host not in ("127.0.0.1", "localhost", "::1", b"127.0.0.1", b"localhost"):
             pytest.fail(f"a test tried to reach {host!r}")
