@@ -122,6 +122,8 @@ def test_hub_errors_are_source_errors_that_say_what_to_do(hub: FakeHub) -> None:
         ModelSource.parse("hf:acme/tiny/x.gguf").resolve(progress=False)
     with pytest.raises(SourceError, match="revision 'v9' not found"):
         ModelSource.parse("hf:acme/tiny/m.gguf@v9").resolve(progress=False)
+    with pytest.raises(SourceError, match="hf:acme/ti..ny/m.gguf"):  # a repo id the client itself refuses
+        ModelSource.parse("hf:acme/ti..ny/m.gguf").resolve(progress=False)
 
 
 def test_preset_download_verifies_sha256(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:

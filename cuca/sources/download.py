@@ -111,10 +111,10 @@ def download_hub(
     revision = revision or "main"
     cache = hub_cache_dir()
     ref = f"hf:{repo}/{file}" + (f"@{revision}" if revision != "main" else "")
-    cached_before = try_to_load_from_cache(repo, file, cache_dir=cache, revision=revision)
     is_offline = offline()
     endpoint = hub_endpoint()
     try:
+        cached_before = try_to_load_from_cache(repo, file, cache_dir=cache, revision=revision)
         got = hf_hub_download(
             repo,
             file,
@@ -150,6 +150,8 @@ def download_hub(
         raise SourceError(f"{ref}: file {file!r} not found in {repo}@{revision} (check the file name)") from None
     except HfHubHTTPError as e:
         raise SourceError(f"{ref}: the hub at {endpoint} answered with an error: {e}") from None
+    except ValueError as e:  # a repo id or file name the client refuses
+        raise SourceError(f"{ref}: {e}") from None
     except OSError as e:  # an incomplete transfer after retries, or a full disk
         raise SourceError(f"{ref}: download failed ({e}); run the same command again to retry") from None
     path = Path(got)
