@@ -15,7 +15,7 @@ from .engine import Generation
 from .errors import ContextLengthError, CucaError
 from .gguf import open_gguf
 from .local import LocalModel, LocalModelConfig
-from .sources import ModelSource, paired_drafter
+from .sources import PRESETS, ModelSource, paired_drafter, preset_is_local
 from .speculative.stats import RequestDraftStats
 
 DRAFTER_HELP = (
@@ -68,6 +68,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     p = sub.add_parser("pull", help="download a model source into the shared Hugging Face cache; prints the path")
     p.add_argument("model", help="a preset name, hf:owner/repo/file.gguf[@revision] or an https URL")
 
+    ps = sub.add_parser("presets", help="the model presets: where each file comes from, its drafter, if cached")
+    ps.add_argument("--json", action="store_true")
+
     g = sub.add_parser("generate", help="generate a continuation or a chat reply (scriptable: --json)")
     _add_model(g)
     src = g.add_mutually_exclusive_group(required=True)
@@ -75,7 +78,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     src.add_argument("--chat", help="a user message, rendered with the model's chat template")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     _add_sampling(g)
-    return ap, {"run": r, "chat": c, "info": i, "pull": p, "generate": g}
+    return ap, {"run": r, "chat": c, "info": i, "pull": p, "presets": ps, "generate": g}
 
 
 # ---- shared pieces ---------------------------------------------------------------------------------------------------
@@ -290,7 +293,25 @@ def _pull(a: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _run, "chat": _chat, "info": _info, "pull": _pull, "generate": _generate}
+def _presets(a: argparse.Namespace) -> int:
+    rows: list[dict[str, Any]] = []
+    for p in PRESETS.values():
+        where = f"PyPI {p.pypi_package}" if p.pypi_package else f"hf:{p.repo}/{p.file}"
+        drafter = p.drafter or ("pairs with " + ", ".join(p.pairs_with) if p.pairs_with else "prompt-lookup")
+        rows.append({"name": p.name, "architecture": p.architecture, "source": where, "size": p.size,
+                     "sha256_known": p.sha256 is not None, "drafter": drafter, "local": preset_is_local(p)})
+    if a.json:
+        print(json.dumps(rows))
+        return 0
+    print(f"{'preset':<28}{'architecture':<18}{'size':<14}{'file':<16}{'drafter':<28}source")
+    for r in rows:
+        size = f"{r['size'] / 1e6:,.0f} MB" if r["size"] else "size unknown"
+        local = "here" if r["local"] else "not downloaded"
+        print(f"{r['name']:<28}{r['architecture']:<18}{size:<14}{local:<16}{r['drafter']:<28}{r['source']}")
+    return 0
+
+
+COMMANDS = {"run": _run, "chat": _chat, "info": _info, "pull": _pull, "presets": _presets, "generate": _generate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,6 +16,7 @@ from synth import write_tiny
 
 from cuca import LocalModel, LocalModelConfig
 from cuca.cli import file_info, main
+from cuca.sources import PRESETS, Preset
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +153,24 @@ def test_pull_prints_the_cached_path_then_run_works_offline(
     assert rc == 0 and "3 tokens at" in err and len(hub.log) == n
     rc, _, err = _run(["pull", "hf:acme/tiny/other.gguf"], capsys)
     assert rc == 2 and "offline mode is on" in err
+
+
+def test_presets_lists_every_preset_and_whether_it_is_here(
+    hub: FakeHub, path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = Preset("test-preset", "gemma3", "acme/tiny", "tiny.gguf", size=path.stat().st_size)
+    monkeypatch.setitem(PRESETS, p.name, p)
+    hub.add("acme/tiny", "tiny.gguf", path.read_bytes())
+    rc, out, _ = _run(["presets", "--json"], capsys)
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert rc == 0 and {"gemma4-e2b-q4_0", "gemma4-e2b-mtp-f16", "qwen3.5-0.8b-q8_0"} <= set(rows)
+    assert rows["gemma4-e2b-q4_0"]["drafter"] == "gemma4-e2b-mtp-f16"
+    assert rows["qwen3.5-0.8b-q8_0"]["drafter"] == "in-trunk"
+    assert rows["test-preset"]["local"] is False
+    assert _run(["pull", "test-preset"], capsys)[0] == 0
+    rc, out, _ = _run(["presets"], capsys)
+    assert rc == 0 and out.splitlines()[0].startswith("preset") and "test-preset" in out
+    assert json.loads(_run(["presets", "--json"], capsys)[1])[-1]["local"] is True
 
 
 @pytest.mark.parametrize(

