@@ -29,6 +29,7 @@ class FakeHub:
     plain: dict[str, bytes] = field(default_factory=dict)  # /files/<name> -> content
     revisions: tuple[str, ...] = ("main", COMMIT)
     drop_after: dict[str, int] = field(default_factory=dict)  # path -> bytes sent before the first GET breaks off
+    drop_every: dict[str, int] = field(default_factory=dict)  # path -> bytes sent before every GET breaks off
     log: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, Range header)
     url: str = ""
 
@@ -94,7 +95,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if not send_body:
                 return
-            cut = hub.drop_after.pop(self.path.split("?", 1)[0], None)
+            key = self.path.split("?", 1)[0]
+            cut = hub.drop_after.pop(key, hub.drop_every.get(key))
             if cut is not None:  # break the connection mid-body, once
                 self.wfile.write(part[:cut])
                 self.wfile.flush()

@@ -173,6 +173,43 @@ def test_interrupted_hub_download_resumes_with_a_range_request(
     assert int(ranges[1][6:-1]) > 0  # the second request asked only for the rest
 
 
+def test_a_hub_download_broken_off_in_one_run_resumes_in_the_next(
+    hub: FakeHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    body = bytes(range(256)) * 64
+    sha = hub.add("acme/tiny", "tiny.gguf", body)
+    hub.drop_after["/acme/tiny/resolve/main/tiny.gguf"] = 5000  # then the network goes down for the rest of the run
+    hub.drop_every["/acme/tiny/resolve/main/tiny.gguf"] = 0
+    monkeypatch.setattr(hf_constants, "DOWNLOAD_CHUNK_SIZE", 512)
+    monkeypatch.setattr("huggingface_hub.file_download.time", NoSleep())
+    name = _preset(monkeypatch, sha256=sha, size=len(body))
+    with pytest.raises(SourceError, match="broke off at .* run the same command again to resume"):
+        ModelSource.parse(name).resolve(progress=False)
+    part = tmp_path / "hf" / "hub" / "models--acme--tiny" / "blobs" / f"{sha}.cuca-incomplete"
+    kept = part.stat().st_size
+    assert 0 < kept < len(body) and part.read_bytes() == body[:kept]
+    del hub.drop_every["/acme/tiny/resolve/main/tiny.gguf"]  # the network is back: a new run continues
+    assert ModelSource.parse(name).resolve(progress=False).read_bytes() == body
+    assert hub.gets("tiny.gguf")[-1] == f"bytes={kept}-" and not part.exists()
+
+
+def test_a_killed_hub_download_resumes_and_a_bad_one_never_enters_the_cache(
+    hub: FakeHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    body = bytes(range(256)) * 64
+    sha = hub.add("acme/tiny", "tiny.gguf", body)
+    blobs = tmp_path / "hf" / "hub" / "models--acme--tiny" / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / f"{sha}.cuca-incomplete").write_bytes(b"X" * 3000)  # what a killed run left, with wrong bytes
+    name = _preset(monkeypatch, sha256=sha)
+    with pytest.raises(SourceError, match="sha256 mismatch"):
+        ModelSource.parse(name).resolve(progress=False)
+    assert hub.gets("tiny.gguf") == ["bytes=3000-"] and list(blobs.iterdir()) == []
+    (blobs / f"{sha}.cuca-incomplete").write_bytes(body[:3000])  # the right bytes this time
+    assert ModelSource.parse(name).resolve(progress=False).read_bytes() == body
+    assert hub.gets("tiny.gguf")[-1] == "bytes=3000-"
+
+
 def test_offline_mode_uses_the_cache_and_says_what_is_missing(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
     hub.add("acme/tiny", "m.gguf", b"GGUF" * 100)
     path = ModelSource.parse("hf:acme/tiny/m.gguf").resolve(progress=False)

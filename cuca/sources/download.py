@@ -115,6 +115,10 @@ def download_hub(
     endpoint = hub_endpoint()
     try:
         cached_before = try_to_load_from_cache(repo, file, cache_dir=cache, revision=revision)
+        fresh = not isinstance(cached_before, str)
+        verified = False
+        if fresh and not is_offline:
+            verified = _fetch_blob_resumably(repo, file, revision, endpoint, cache, ref, sha256, size, progress)
         got = hf_hub_download(
             repo,
             file,
@@ -155,9 +159,52 @@ def download_hub(
     except OSError as e:  # an incomplete transfer after retries, or a full disk
         raise SourceError(f"{ref}: download failed ({e}); run the same command again to retry") from None
     path = Path(got)
-    fresh = not isinstance(cached_before, str)
-    _check(path, ref, size, sha256, full=fresh, remove=[path.resolve(), path])
+    _check(path, ref, size, sha256, full=fresh and not verified, remove=[path.resolve(), path])
     return path
+
+
+def _fetch_blob_resumably(
+    repo: str, file: str, revision: str, endpoint: str, cache: Path, ref: str, sha256: str | None,
+    size: int | None, progress: bool,
+) -> bool:
+    """Download a plain-HTTP hub file into the cache's blob store so that an interrupted run can be resumed:
+    the bytes go to `blobs/<etag>.cuca-incomplete`, kept when the transfer breaks off, continued with a Range
+    request by the next run, checked, and only then moved to `blobs/<etag>`, where hf_hub_download finds the blob
+    and links it into the snapshot. Files served through Xet are left to hf_hub_download. Returns whether it
+    downloaded and checked the file; any trouble reaching the hub is left for hf_hub_download to report."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.file_download import http_get, is_xet_available
+    from huggingface_hub.utils import build_hf_headers
+
+    url = hf_hub_url(repo, file, revision=revision, endpoint=endpoint)
+    try:
+        meta = get_hf_file_metadata(url, endpoint=endpoint)
+    except Exception:
+        return False
+    if meta.etag is None or meta.commit_hash is None or (meta.xet_file_data is not None and is_xet_available()):
+        return False
+    blob = cache / ("models--" + repo.replace("/", "--")) / "blobs" / meta.etag
+    if blob.exists():
+        return False
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    part = blob.with_name(blob.name + ".cuca-incomplete")
+    have = part.stat().st_size if part.is_file() else 0
+    source = meta.location if meta.xet_file_data is None else url
+    headers = build_hf_headers()
+    if urllib.parse.urlsplit(source).netloc != urllib.parse.urlsplit(url).netloc:
+        headers.pop("authorization", None)  # a signed CDN URL: the token stays with the hub
+    try:
+        with open(part, "ab") as f:
+            http_get(source, f, resume_size=have, headers=headers, expected_size=meta.size, displayed_filename=file,
+                     tqdm_class=_progress_class(progress))
+    except Exception as e:
+        got = part.stat().st_size if part.is_file() else 0
+        raise SourceError(
+            f"download of {ref} broke off at {got} of {meta.size} bytes ({e}); run the same command again to resume"
+        ) from None
+    _check(part, ref, size, sha256, full=True, remove=[part])
+    os.replace(part, blob)
+    return True
 
 
 def url_cache_path(url: str) -> Path:
