@@ -205,6 +205,12 @@ def test_a_killed_hub_download_resumes_and_a_bad_one_never_enters_the_cache(
     with pytest.raises(SourceError, match="sha256 mismatch"):
         ModelSource.parse(name).resolve(progress=False)
     assert hub.gets("tiny.gguf") == ["bytes=3000-"] and list(blobs.iterdir()) == []
+    (blobs / f"{sha}.cuca-incomplete").write_bytes(b"X" * (len(body) + 1))  # longer than the file: start over
+    assert ModelSource.parse(name).resolve(progress=False).read_bytes() == body
+    assert hub.gets("tiny.gguf")[-1] is None
+    for p in (tmp_path / "hf" / "hub").rglob("tiny.gguf"):
+        p.resolve().unlink()
+        p.unlink()
     (blobs / f"{sha}.cuca-incomplete").write_bytes(body[:3000])  # the right bytes this time
     assert ModelSource.parse(name).resolve(progress=False).read_bytes() == body
     assert hub.gets("tiny.gguf")[-1] == "bytes=3000-"

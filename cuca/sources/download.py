@@ -174,7 +174,7 @@ def _fetch_blob_resumably(
     downloaded and checked the file; any trouble reaching the hub is left for hf_hub_download to report."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.file_download import http_get, is_xet_available
-    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
     url = hf_hub_url(repo, file, revision=revision, endpoint=endpoint)
     try:
@@ -183,27 +183,37 @@ def _fetch_blob_resumably(
         return False
     if meta.etag is None or meta.commit_hash is None or (meta.xet_file_data is not None and is_xet_available()):
         return False
-    blob = cache / ("models--" + repo.replace("/", "--")) / "blobs" / meta.etag
+    folder = "models--" + repo.replace("/", "--")
+    blob = cache / folder / "blobs" / meta.etag
     if blob.exists():
         return False
     blob.parent.mkdir(parents=True, exist_ok=True)
-    part = blob.with_name(blob.name + ".cuca-incomplete")
-    have = part.stat().st_size if part.is_file() else 0
-    source = meta.location if meta.xet_file_data is None else url
-    headers = build_hf_headers()
-    if urllib.parse.urlsplit(source).netloc != urllib.parse.urlsplit(url).netloc:
-        headers.pop("authorization", None)  # a signed CDN URL: the token stays with the hub
-    try:
-        with open(part, "ab") as f:
-            http_get(source, f, resume_size=have, headers=headers, expected_size=meta.size, displayed_filename=file,
-                     tqdm_class=_progress_class(progress))
-    except Exception as e:
-        got = part.stat().st_size if part.is_file() else 0
-        raise SourceError(
-            f"download of {ref} broke off at {got} of {meta.size} bytes ({e}); run the same command again to resume"
-        ) from None
-    _check(part, ref, size, sha256, full=True, remove=[part])
-    os.replace(part, blob)
+    lock = cache / ".locks" / folder / f"{meta.etag}.lock"  # the lock hf_hub_download takes for this blob
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with WeakFileLock(lock):
+        if blob.exists():  # another process finished it while we waited
+            return False
+        part = blob.with_name(blob.name + ".cuca-incomplete")
+        have = part.stat().st_size if part.is_file() else 0
+        if meta.size is not None and have > meta.size:  # not a prefix of this file: start over
+            part.unlink()
+            have = 0
+        source = meta.location if meta.xet_file_data is None else url
+        headers = build_hf_headers()
+        if urllib.parse.urlsplit(source).netloc != urllib.parse.urlsplit(url).netloc:
+            headers.pop("authorization", None)  # a signed CDN URL: the token stays with the hub
+        try:
+            with open(part, "ab") as f:
+                http_get(source, f, resume_size=have, headers=headers, expected_size=meta.size,
+                         displayed_filename=file, tqdm_class=_progress_class(progress))
+        except Exception as e:
+            got = part.stat().st_size if part.is_file() else 0
+            raise SourceError(
+                f"download of {ref} broke off at {got} of {meta.size} bytes ({e}); run the same command again to "
+                "resume"
+            ) from None
+        _check(part, ref, size, sha256, full=True, remove=[part])
+        os.replace(part, blob)
     return True
 
 
