@@ -255,6 +255,10 @@ def test_url_download_resumes_across_calls_and_verifies(hub: FakeHub) -> None:
     assert path.read_bytes() == body and not part.exists()
     assert hub.gets("/files/m.gguf") == [None, "bytes=3000-"]
     assert src.resolve(progress=False) == path and len(hub.gets("/files/m.gguf")) == 2  # cached
+    wrong = ModelSource.parse(f"{hub.url}/files/m.gguf#sha256={'1' * 64}")  # same file, another expected hash
+    with pytest.raises(SourceError, match="sha256 mismatch"):
+        wrong.resolve(progress=False)
+    assert not path.exists() and src.resolve(progress=False).read_bytes() == body  # fetched again
 
 
 def test_url_with_a_wrong_hash_is_not_kept(hub: FakeHub) -> None:

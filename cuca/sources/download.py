@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
-import re
 import shutil
 import sys
 import urllib.error
@@ -22,7 +21,6 @@ from typing import Any
 from ..errors import SourceError
 
 _TRUE = {"1", "on", "yes", "true"}
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def hub_cache_dir() -> Path:
@@ -229,8 +227,11 @@ def download_url(url: str, sha256: str | None = None, progress: bool = True, tim
     """A file behind an http(s) URL, kept in the shared cache. An interrupted download leaves `<file>.incomplete`
     behind and the next call resumes it with an HTTP Range request."""
     final = url_cache_path(url)
+    checked = final.with_name(final.name + ".sha256")  # the hash this file was checked against, once
     if final.is_file():
-        _check(final, url, None, sha256, full=False, remove=[])
+        if sha256 is not None and (not checked.is_file() or checked.read_text().strip() != sha256):
+            _check(final, url, None, sha256, full=True, remove=[final, checked])
+            checked.write_text(sha256 + "\n")
         return final
     if offline():
         raise SourceError(
@@ -268,4 +269,6 @@ def download_url(url: str, sha256: str | None = None, progress: bool = True, tim
         raise SourceError(f"download of {url} stopped at {part.stat().st_size} of {total} bytes; run again to resume")
     _check(part, url, None, sha256, full=True, remove=[part])
     shutil.move(str(part), final)
+    if sha256 is not None:
+        checked.write_text(sha256 + "\n")
     return final
