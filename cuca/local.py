@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .engine import Engine, Generation, Speculation, Timings
-from .errors import ConfigError, ProviderError
+from .errors import ConfigError
 from .gguf import open_gguf
 from .models import load_model
 from .models.layers import Ops
 from .sampling import SamplingParams
 from .sources import ModelSource
-from .speculative.drafters.prompt_lookup import PromptLookupDrafter
+from .speculative.drafters.load import load_drafter
 from .speculative.governor import Governor
 from .speculative.source import DrafterSource
 from .speculative.stats import DraftStats, RequestDraftStats
@@ -52,6 +52,9 @@ class LocalModelConfig:
         if not _is_int(self.draft_tokens) or (self.drafter is not None and self.draft_tokens < 1):
             raise ConfigError(f"draft_tokens must be an integer >= 1 when a drafter is set, got {self.draft_tokens!r}")
         if self.device != "cpu":
+            if self.drafter is not None and DrafterSource.parse(self.drafter).kind == "in_trunk":
+                raise ConfigError(f"drafter: the in-trunk prediction head runs on the CPU only, not on device "
+                                  f"{self.device!r}")
             raise ConfigError(f"device {self.device!r} is not available in this build (only 'cpu')")
 
 
@@ -79,13 +82,11 @@ class LocalModel:
         self.model = load_model(self.file, Ops(config.threads or (os.cpu_count() or 1)))
         n_ctx = config.context_length or min(4096, int(self.model.n_ctx_train))
         self.engine = Engine(self.model, n_ctx)
-        self.drafter = DrafterSource.parse(config.drafter) if config.drafter is not None else None
-        if self.drafter is not None and self.drafter.kind != "prompt_lookup":
-            kind = "in-trunk prediction head" if self.drafter.kind == "in_trunk" else "drafter file"
-            what = f"{self.path} has no prediction head" if self.drafter.kind == "in_trunk" else (
-                f"drafter {self.drafter.source} cannot pair with architecture {self.model.arch!r}"
-            )
-            raise ProviderError(f"{kind} not available: {what}")
+        self.drafter_source = DrafterSource.parse(config.drafter) if config.drafter is not None else None
+        self.drafter = None
+        if self.drafter_source is not None:
+            self.drafter = load_drafter(self.drafter_source, self.model, self.engine.cache, self.model.ops,
+                                        config.device, self.path)
         self.governor = Governor()  # kept across requests, as the drafting decision should be
         self._draft_stats = DraftStats()
         self._lock = threading.Lock()
@@ -117,8 +118,8 @@ class LocalModel:
     def _speculation(self) -> Speculation | None:
         if self.drafter is None:
             return None
-        drafter = PromptLookupDrafter(self.drafter.max_ngram)
-        return Speculation(drafter, self.config.draft_tokens, self.governor, RequestDraftStats())
+        return Speculation(self.drafter, self.config.draft_tokens, self.governor, RequestDraftStats(),
+                           getattr(self.model, "rollback_limit", None))
 
     def stream_ids_sync(
         self,

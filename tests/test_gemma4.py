@@ -303,3 +303,23 @@ def test_greedy_speculation_with_the_assistant_equals_plain(files: dict[str, Pat
     spec = [first, *rest]
     assert spec == plain
     assert stats.rounds > 0 and stats.drafted >= stats.accepted
+
+
+# -- through the public API ----------------------------------------------------------------------------------------
+
+
+def test_local_model_with_the_assistant_equals_plain(files: dict[str, Path]) -> None:
+    from cuca import LocalModel, LocalModelConfig
+    from cuca.speculative.source import DrafterSource
+
+    plain = LocalModel.load_sync(LocalModelConfig(files["target"], threads=2, context_length=128))
+    spec = LocalModel.load_sync(LocalModelConfig(files["target"], drafter=DrafterSource.file(files["drafter"]),
+                                                 draft_tokens=3, threads=2, context_length=128))
+    for prompt in ("hello world", "abc abc abc", "the cat sat on the mat."):
+        a, b = plain.complete_sync(prompt, max_tokens=24), spec.complete_sync(prompt, max_tokens=24)
+        assert a.tokens == b.tokens and a.text == b.text
+    stats = spec.draft_stats()
+    assert stats.rounds > 0 and stats.drafted >= stats.accepted
+    # a drafter file given as the drafter of a drafter, or for a mismatched target, fails at load
+    with pytest.raises(ProviderError, match="is a drafter"):
+        LocalModel.load_sync(LocalModelConfig(files["drafter"]))

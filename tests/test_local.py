@@ -103,8 +103,10 @@ def test_config_errors_name_the_field(path: Path, kw: dict, field: str) -> None:
 def test_unavailable_drafters_say_why(path: Path) -> None:
     with pytest.raises(ProviderError, match="no prediction head"):
         LocalModel.load_sync(LocalModelConfig(path, drafter=DrafterSource.IN_TRUNK))
-    with pytest.raises(ProviderError, match="cannot pair"):
+    with pytest.raises(ProviderError, match=r"architecture '\w+' is not a drafter file"):
         LocalModel.load_sync(LocalModelConfig(path, drafter=DrafterSource.file(path)))
+    with pytest.raises(ConfigError, match="in-trunk prediction head runs on the CPU only"):
+        LocalModel.load_sync(LocalModelConfig(path, drafter="in-trunk", device="cuda"))
 
 
 def test_missing_file_is_a_cuca_error(tmp_path: Path) -> None:

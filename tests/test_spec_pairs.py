@@ -1,0 +1,177 @@
+"""The product page's verification test for the target/drafter pairs: load the target alone and with its drafter,
+generate greedily, and the tokens (and caches) are identical. Synthetic files in the real layouts.
+
+Pairs: Gemma 4 + gemma4-assistant (drafter file). Each pair gives a target and a function that binds its drafter
+to an engine's cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from synth_gemma4 import write_gemma4, write_gemma4_assistant
+
+from cuca.engine import Engine, Generation, Speculation
+from cuca.errors import ContextLengthError
+from cuca.gguf import open_gguf
+from cuca.models import load_model
+from cuca.models.gemma4_assistant import load_assistant
+from cuca.models.layers import Ops
+from cuca.sampling import SamplingParams
+from cuca.speculative.drafters.assistant import AssistantDrafter
+from cuca.speculative.proposal import Proposal
+from cuca.speculative.stats import RequestDraftStats
+
+GREEDY = SamplingParams()
+PROMPTS = [
+    [2, 10, 11, 12, 13, 14, 10, 11, 12],
+    [2, 400, 401, 402, 403, 404, 405],
+    [2, 380, 381, 382, 380, 381, 382, 380],
+    [2, 7, 9, 7, 9, 7, 9, 7, 9, 7, 9, 7],
+    [2, 300],
+    [2, 299, 298, 297, 296, 295, 294, 293, 292, 291, 290, 289, 288, 287, 286, 285, 284, 283],
+    [2, 500, 1, 500, 1, 500],
+    [2, 450, 460, 470, 480, 490, 500, 510],
+]
+
+
+class AlwaysDraft:
+    """Governor double: drafts every round (the governor itself is tested with a fake clock)."""
+
+    event_count = 0
+
+    def events_since(self, mark: int) -> list[tuple[str, int]]:
+        return []
+
+    def decide(self, force: bool) -> bool:
+        return True
+
+    def record(self, drafted: bool, n_tokens: int, seconds: float) -> None:
+        pass
+
+
+class Scripted:
+    """Runs the real drafter (so its state is exercised) but proposes a script: the target's own continuation
+    (every draft accepted) or that continuation shifted by one id (none accepted)."""
+
+    def __init__(self, inner: Any, future: list[int], prompt_len: int, wrong: bool = False):
+        self.inner, self.future, self.prompt_len, self.wrong = inner, future, prompt_len, wrong
+        self.uses_hidden = inner.uses_hidden
+
+    def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None:
+        self.inner.begin(prompt, params, rng)
+
+    def observe(self, hidden: np.ndarray, positions: np.ndarray, next_tokens: list[int]) -> None:
+        self.inner.observe(hidden, positions, next_tokens)
+
+    def propose(self, history: list[int], n: int) -> Proposal:
+        real = self.inner.propose(history, n)
+        k = len(history) - self.prompt_len
+        toks = self.future[k : k + len(real.tokens)]
+        return Proposal([(t + 1) % 512 for t in toks] if self.wrong else toks, None)
+
+
+Pair = tuple[Any, Callable[[Engine], Any]]
+
+
+@pytest.fixture(scope="module", params=["gemma4"])
+def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Pair:
+    d = tmp_path_factory.mktemp(request.param)
+    target = load_model(open_gguf(write_gemma4(d / "t.gguf")), Ops(2))
+    assistant = load_assistant(open_gguf(write_gemma4_assistant(d / "a.gguf")), target.ops, target)
+    return target, lambda eng: AssistantDrafter(assistant, eng.cache)
+
+
+def plain(model: Any, prompt: list[int], max_tokens: int, n_ctx: int = 96, stop: frozenset[int] = frozenset()):  # type: ignore[no-untyped-def]
+    eng = Engine(model, n_ctx)
+    gen = Generation()
+    return list(eng.stream(prompt, max_tokens, GREEDY, stop, gen)), eng, gen
+
+
+def spec(pair: Pair, prompt: list[int], max_tokens: int, k: int, n_ctx: int = 96, stop: frozenset[int] = frozenset(),
+         script: tuple[list[int], bool] | None = None):  # type: ignore[no-untyped-def]
+    model, make = pair
+    eng = Engine(model, n_ctx)
+    drafter = make(eng)
+    if script is not None:
+        drafter = Scripted(drafter, script[0], len(prompt) + 1, script[1])
+    gen = Generation()
+    s = Speculation(drafter, k, AlwaysDraft(), RequestDraftStats(), getattr(model, "rollback_limit", None))  # type: ignore[arg-type]
+    return list(eng.stream(prompt, max_tokens, GREEDY, stop, gen, s)), eng, gen, s.stats
+
+
+def same_cache(a: Engine, b: Engine) -> bool:
+    n = a.cache.n
+    return n == b.cache.n and all(
+        np.array_equal(x[:, :n], y[:, :n]) for x, y in zip(a.cache.k + a.cache.v, b.cache.k + b.cache.v, strict=True)
+    )
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 6, 8])
+def test_greedy_with_drafter_equals_plain(pair: Pair, k: int) -> None:
+    drafted = 0
+    for prompt in PROMPTS:
+        want, peng, pgen = plain(pair[0], prompt, 20)
+        got, seng, sgen, stats = spec(pair, prompt, 20, k)
+        assert got == want and len(got) == len(want) and sgen.finish_reason == pgen.finish_reason
+        assert same_cache(peng, seng)
+        drafted += stats.drafted
+    assert drafted > 0
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 3, 4, 5, 9])
+def test_max_tokens_edges(pair: Pair, max_tokens: int) -> None:
+    """1, 2, one less than a round (k = 3 emits up to 4), a round, one more, two rounds + 1."""
+    prompt = PROMPTS[0]
+    want, _, _ = plain(pair[0], prompt, max_tokens)
+    future, _, _ = plain(pair[0], prompt, 20)
+    got, _, gen, stats = spec(pair, prompt, max_tokens, 3, script=(future[1:], False))
+    assert got == want and gen.finish_reason == "length"
+    assert stats.drafted <= max(0, max_tokens - 1) and stats.accepted == stats.drafted
+
+
+def test_context_limit(pair: Pair) -> None:
+    """A prompt that ends one token before the context limit, and drafts that would run past it."""
+    n_ctx = 32
+    prompt = (PROMPTS[5] * 2)[: n_ctx - 1]
+    want, _, _ = plain(pair[0], prompt, 1, n_ctx)
+    got, _, _, _ = spec(pair, prompt, 1, 4, n_ctx)
+    assert got == want
+    prompt = prompt[:20]
+    want, peng, _ = plain(pair[0], prompt, n_ctx - 20, n_ctx)
+    got, seng, _, _ = spec(pair, prompt, n_ctx - 20, 8, n_ctx, script=(want[1:], False))
+    assert got == want and same_cache(peng, seng)
+    with pytest.raises(ContextLengthError):
+        spec(pair, prompt, n_ctx - 19, 3, n_ctx)
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_oracle_accepts_everything_and_wrong_drafter_nothing(pair: Pair, k: int) -> None:
+    prompt = PROMPTS[3]
+    want, peng, _ = plain(pair[0], prompt, 30)
+    got, seng, _, stats = spec(pair, prompt, 30, k, script=(want[1:], False))
+    assert got == want and same_cache(peng, seng)
+    assert stats.drafted > 0 and stats.accepted == stats.drafted
+    rounds, rem = 0, 29  # every round drafts min(k, remaining - 1) and emits drafts + 1
+    while rem > 0:
+        n = min(k, rem - 1)
+        rounds += n > 0
+        rem -= n + 1
+    assert stats.rounds == rounds
+    assert stats.accepted_per_position[:k] == stats.drafted_per_position[:k]
+    got, seng, _, stats = spec(pair, prompt, 30, k, script=(want[1:], True))
+    assert got == want and same_cache(peng, seng)
+    assert stats.drafted > 0 and stats.accepted == 0 and stats.rounds == 28  # the last token has no room to draft
+
+
+def test_stop_token_inside_accepted_drafts(pair: Pair) -> None:
+    prompt = PROMPTS[1]
+    future, _, _ = plain(pair[0], prompt, 30)
+    stop = frozenset({future[6]})
+    want, peng, pgen = plain(pair[0], prompt, 30, stop=stop)
+    got, seng, sgen, stats = spec(pair, prompt, 30, 8, stop=stop, script=(future[1:], False))
+    assert got == want and got[-1] == future[6] and sgen.finish_reason == pgen.finish_reason == "stop"
+    assert stats.accepted > len(got) - 1  # the stop token arrived inside a round's accepted drafts
