@@ -62,11 +62,11 @@ void cuca_qa_tables(int wt, uint8_t tbl[6][64]) {
         }
     for (int j = 0; j < 4; j++)
         for (int u = 0; u < 4; u++)
-            for (int k = 0; k < 2; k++) {
-                const int wi = 4 * j + u, w = (bytes * j) / 2 + k; /* word of d (k = 0) or m (k = 1) */
-                const uint16_t v = (uint16_t)(w < 32 ? w : 32 + w - base / 2);
-                memcpy(tbl[2 + k] + 2 * wi, &v, 2);
-            }
+            for (int k = 0; k < 2; k++)
+                for (int h = 0; h < 2; h++) { /* byte h of d (k = 0) or m (k = 1) of block j, for lane 4j+u */
+                    const int p = bytes * j + 2 * k + h;
+                    tbl[2 + k][2 * (4 * j + u) + h] = (uint8_t)(p < 64 ? p : 64 + p - base);
+                }
 }
 
 #if defined(CUCA_AVX512)
@@ -95,7 +95,7 @@ static inline __attribute__((always_inline)) void qa_unpack4(const int wt, const
         const __m512i a = ld64(g, 0, lim), b = ld64(g, 56, lim), flip = _mm512_set1_epi8((char)0x80);
         *lo = _mm512_xor_si512(_mm512_permutex2var_epi8(a, t[0], b), flip);
         *hi = _mm512_xor_si512(_mm512_permutex2var_epi8(ld64(g, 18, lim), t[1], ld64(g, 72, lim)), flip);
-        *wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(a, t[2], b)));
+        *wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(a, t[2], b)));
         *wm = _mm512_setzero_ps();
         return;
     }
@@ -110,27 +110,30 @@ static inline __attribute__((always_inline)) void qa_unpack4(const int wt, const
     }
     *lo = l;
     *hi = h;
-    *wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(a, t[2], b)));
-    *wm = QA_HASMIN(wt) ? _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(a, t[3], b)))
+    *wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(a, t[2], b)));
+    *wm = QA_HASMIN(wt) ? _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(a, t[3], b)))
                         : _mm512_setzero_ps();
 }
 
+/* per x row: its quantized values, corrections, scales (and Q8_1 sums), hoisted out of the block loop */
+typedef struct { const int8_t *q; const int32_t *c; const float *d, *s; } qa_row;
+
 /* blocks 4*gi .. 4*gi+3; lim as in qa_unpack4 */
 static inline __attribute__((always_inline)) void qa_step(const int wt, const uint8_t *w, int64_t gi, int lim,
-                                                          const __m512i *t, const int nr, const cuca_act *A,
-                                                          int64_t m0, __m512 *acc) {
+                                                          const __m512i *t, const int nr, const qa_row *R,
+                                                          __m512 *acc) {
     __m512i lo, hi;
     __m512 wd, wm;
     cuca_prefetch(w + gi * 4 * QA_BYTES(wt), 4 * QA_BYTES(wt));
     qa_unpack4(wt, w + gi * 4 * QA_BYTES(wt), lim, t, &lo, &hi, &wd, &wm);
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) {
-        const int8_t *q = ACT_QS(A, m0 + r) + 4 * QK * gi;
-        __m512i ci = _mm512_dpbusd_epi32(_mm512_load_si512(ACT_C(A, m0 + r) + 16 * gi), lo, _mm512_load_si512(q));
+        const int8_t *q = R[r].q + 4 * QK * gi;
+        __m512i ci = _mm512_dpbusd_epi32(_mm512_load_si512(R[r].c + 16 * gi), lo, _mm512_load_si512(q));
         ci = _mm512_dpbusd_epi32(ci, hi, _mm512_load_si512(q + 64));
-        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ci), _mm512_load_ps(ACT_D(A, m0 + r) + 16 * gi));
+        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ci), _mm512_load_ps(R[r].d + 16 * gi));
         acc[r] = _mm512_fmadd_ps(f, wd, acc[r]);
-        if (QA_HASMIN(wt)) acc[r] = _mm512_fmadd_ps(wm, _mm512_load_ps(ACT_S(A, m0 + r) + 16 * gi), acc[r]);
+        if (QA_HASMIN(wt)) acc[r] = _mm512_fmadd_ps(wm, _mm512_load_ps(R[r].s + 16 * gi), acc[r]);
     }
 }
 
@@ -139,19 +142,23 @@ static inline __attribute__((always_inline)) void qa_tile(const int wt, const ui
     const int64_t nb = A->n_in / QK, ng = nb / 4;
     const __m512i *t = (const __m512i *)A->tbl;
     __m512 acc0[QA_T], acc1[QA_T];
+    qa_row R[QA_T];
     int64_t gi = 0;
     #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
-    for (; gi + 1 < ng; gi += 2) {
-        qa_step(wt, w, gi, -1, t, nr, A, m0, acc0);
-        qa_step(wt, w, gi + 1, -1, t, nr, A, m0, acc1);
+    for (int r = 0; r < nr; r++) {
+        acc0[r] = acc1[r] = _mm512_setzero_ps();
+        R[r] = (qa_row){ACT_QS(A, m0 + r), ACT_C(A, m0 + r), ACT_D(A, m0 + r), ACT_S(A, m0 + r)};
     }
-    if (gi < ng) qa_step(wt, w, gi++, -1, t, nr, A, m0, acc0);
+    for (; gi + 1 < ng; gi += 2) {
+        qa_step(wt, w, gi, -1, t, nr, R, acc0);
+        qa_step(wt, w, gi + 1, -1, t, nr, R, acc1);
+    }
+    if (gi < ng) qa_step(wt, w, gi++, -1, t, nr, R, acc0);
     if (nb % 4) { /* the partial last group continues the alternation */
         if (ng & 1)
-            qa_step(wt, w, gi, (int)(nb % 4) * QA_BYTES(wt), t, nr, A, m0, acc1);
+            qa_step(wt, w, gi, (int)(nb % 4) * QA_BYTES(wt), t, nr, R, acc1);
         else
-            qa_step(wt, w, gi, (int)(nb % 4) * QA_BYTES(wt), t, nr, A, m0, acc0);
+            qa_step(wt, w, gi, (int)(nb % 4) * QA_BYTES(wt), t, nr, R, acc0);
     }
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(_mm512_add_ps(acc0[r], acc1[r]));
