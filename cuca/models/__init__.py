@@ -12,7 +12,7 @@ from ..gguf import GGUFFile
 from .cache import KVCache
 from .layers import Ops
 
-ARCHITECTURES = ("llama", "gemma3")
+ARCHITECTURES = ("llama", "gemma3", "qwen35")
 
 
 class Model(Protocol):
