@@ -15,7 +15,6 @@ ssm_a stored as -exp(A_log)) and saves:
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
 
@@ -30,14 +29,6 @@ import synth_qwen35 as S  # noqa: E402
 
 SEED, N_PROMPT, N_DECODE, N_CHAIN = 0, 40, 20, 4
 EPS = 1e-6
-
-
-def checksum(t: dict[str, np.ndarray]) -> str:
-    h = hashlib.sha256()
-    for name, a in t.items():
-        h.update(name.encode())
-        h.update(np.ascontiguousarray(a, np.float32).tobytes())
-    return h.hexdigest()
 
 
 def hf_model(s: S.Shape, t: dict[str, np.ndarray]) -> Qwen3_5ForCausalLM:
@@ -188,7 +179,7 @@ def main() -> None:
     np.savez_compressed(
         dst, prompt=prompt.astype(np.int32), decode=np.array(toks, np.int32), logits=all_logits,
         hidden=all_hidden.astype(np.float32), mtp_logits=np.array(mtp_logits, np.float32),
-        chain=np.array(chain, np.int32), checksum=np.array(checksum(t)),
+        chain=np.array(chain, np.int32), checksum=np.array(S.checksum(t)),
     )
     print(f"wrote {dst}: logits {all_logits.shape}, chain {chain}")
 

@@ -8,6 +8,7 @@ fixed order from one seeded generator, so the same call writes the same file in 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -241,6 +242,15 @@ def write(path: str | Path, s: Shape = TINY, qtype: int = Q.F32, seed: int = 0, 
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def checksum(t: dict[str, np.ndarray]) -> str:
+    """A digest of the weights (names and float32 values), to check two environments built the same model."""
+    h = hashlib.sha256()
+    for name, a in t.items():
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(a, np.float32).tobytes())
+    return h.hexdigest()
 
 
 def tiny(**kw: object) -> Shape:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -271,7 +272,7 @@ class HybridCache:
         return self.kv.nbytes + extra + sum(s.nbytes for s in self._snaps if s is not None)
 
 
-def _rowwise(fn, x: np.ndarray) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _rowwise(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
     """fn applied row by row (rows of one fixed length): a row's result never depends on the batch size."""
     out = np.empty(x.shape, np.float32)
     for i in range(x.shape[0]):
@@ -354,7 +355,9 @@ class Model:
         return KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)])
 
     # ---- trunk ----------------------------------------------------------------------------------------------
-    def forward(self, tokens: np.ndarray, positions: np.ndarray, cache: HybridCache, logits: str = "last") -> np.ndarray:
+    def forward(
+        self, tokens: np.ndarray, positions: np.ndarray, cache: HybridCache, logits: str = "last"
+    ) -> np.ndarray:
         """tokens, positions: int32 (M,) -> logits float32 (M, n_vocab) for "all", (1, n_vocab) for "last"."""
         return last_or_all(self, self.forward_hidden(tokens, positions, cache), logits)
 
