@@ -64,9 +64,11 @@ def _by_hand(q, k, v, g, beta, s0):
 
 
 @pytest.mark.parametrize("T", [1, 2, 7])
-def test_matches_the_recurrence(impl, T: int) -> None:
-    q, k, v, g, beta, s0 = _inputs(T)
+@pytest.mark.parametrize("dv", [8, 136])  # 136: vector blocks of columns plus a scalar tail
+def test_matches_the_recurrence(impl, T: int, dv: int) -> None:
+    q, k, v, g, beta, s0 = _inputs(T, dv=dv)
     want_o, want_s = _by_hand(q, k, v, g, beta, s0)
+    assert want_o.shape == (T, 3, dv)
     out, st, sn = _run(impl, q, k, v, g, beta, s0, True)
     assert np.allclose(out, want_o, rtol=1e-5, atol=1e-5)
     assert np.allclose(st, want_s[-1], rtol=1e-5, atol=1e-5)
@@ -81,12 +83,12 @@ def test_matches_the_recurrence(impl, T: int) -> None:
 def test_batch_and_threads_invariance(n_threads: int) -> None:
     c = IMPLS["c"]
     T = 6
-    q, k, v, g, beta, s0 = _inputs(T, H=5, dk=32, dv=24, seed=1)
+    q, k, v, g, beta, s0 = _inputs(T, H=5, dk=32, dv=136, seed=1)
     out, st, sn = _run(c, q, k, v, g, beta, s0, True, n_threads)
     # token by token, one call each, no snapshots, one thread
     s = s0.copy()
     for t in range(T):
-        o = np.empty((1, 5, 24), np.float32)
+        o = np.empty((1, 5, 136), np.float32)
         c.deltanet(q[t : t + 1], k[t : t + 1], v[t : t + 1], g[t : t + 1], beta[t : t + 1], s, None, o, 1e-6, 0.25, 1)
         assert np.array_equal(o[0], out[t])
         assert np.array_equal(s, sn[t] if t < T - 1 else st)
@@ -114,3 +116,18 @@ def test_bad_arguments(impl) -> None:
         ro = s0.copy()
         ro.flags.writeable = False
         impl.deltanet(q, k, v, g, beta, ro, None, out, 1e-6, 0.25)
+
+
+@needs_c
+@pytest.mark.parametrize("offset", [0, 1, 4])  # floats past a 64-byte boundary: streamed or plain snapshot stores
+def test_snapshot_alignment(offset: int) -> None:
+    c = IMPLS["c"]
+    q, k, v, g, beta, s0 = _inputs(5, H=2, dk=16, dv=128, seed=2)
+    n = 4 * 2 * 16 * 128
+    raw = np.full(n + 32, np.nan, np.float32)
+    base = (-raw.ctypes.data % 64) // 4 + offset
+    sn = raw[base : base + n].reshape(4, 2, 16, 128)
+    st, out = s0.copy(), np.empty((5, 2, 128), np.float32)
+    c.deltanet(q, k, v, g, beta, st, sn, out, 1e-6, 0.25, 1)
+    want_out, want_st, want_sn = _run(c, q, k, v, g, beta, s0, True, 1)
+    assert np.array_equal(sn, want_sn) and np.array_equal(st, want_st) and np.array_equal(out, want_out)

@@ -115,7 +115,7 @@ class FFN:
 
     def __call__(self, ops: Ops, h: np.ndarray) -> np.ndarray:
         g = self.ffn_gate(ops, h)
-        ops.k.silu_mul(g, self.ffn_up(ops, h), g)
+        ops.k.silu_mul(g, self.ffn_up(ops, h), g, ops.threads)
         return self.ffn_down(ops, g)
 
 
@@ -235,7 +235,7 @@ class HybridCache:
             return None
         s = self._snaps[li]
         if s is None:
-            s = self._snaps[li] = np.empty((self.max_snaps, *self._shape), np.float32)
+            s = self._snaps[li] = _aligned((self.max_snaps, *self._shape))
         return s
 
     def keep_raw(self, li: int, x: np.ndarray) -> None:
@@ -270,6 +270,15 @@ class HybridCache:
     def nbytes(self) -> int:
         extra = sum(a.nbytes for a in (*self.conv, *self.ssm))
         return self.kv.nbytes + extra + sum(s.nbytes for s in self._snaps if s is not None)
+
+
+def _aligned(shape: tuple[int, ...], align: int = 64) -> np.ndarray:
+    """An uninitialised float32 array whose data starts on an `align`-byte boundary (the deltanet kernel streams
+    snapshots with non-temporal stores when it can)."""
+    n = int(np.prod(shape))
+    raw = np.empty(n + align // 4, np.float32)
+    off = (-raw.ctypes.data % align) // 4
+    return raw[off : off + n].reshape(shape)
 
 
 def _rowwise(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
