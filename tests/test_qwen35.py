@@ -87,8 +87,13 @@ def test_trunk_matches_transformers(model, golden) -> None:
         assert int(np.argmax(model.head(hs[-1][-1:]))) == int(t)  # greedy continuation is transformers' too
         hs.append(model.forward_hidden(np.array([t], np.int32), _pos(n + i, n + i + 1), cache))
     h = np.concatenate(hs)
-    assert _rel(model.head(h), golden["logits"]) < 1e-4
+    logits = model.head(h)
+    assert _rel(logits, golden["logits"]) < 1e-4
     assert _rel(h, golden["hidden"]) < 1e-4
+    # llama.cpp on the same file (tools/make_qwen35_llamacpp_fixture.py): its own kernels, so a looser bound
+    llama = np.load(GOLDEN.with_name("qwen35_llamacpp.npz"))["logits"]
+    assert _rel(logits, llama) < 1e-3
+    assert np.array_equal(logits.argmax(1), llama.argmax(1))
 
 
 def test_mtp_matches_reference(model, golden) -> None:
