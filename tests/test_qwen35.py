@@ -310,3 +310,16 @@ def test_numpy_twins_run_the_model(path: Path, model) -> None:
     a = model.forward(toks, _pos(0, 9), model.make_cache(16), "all")
     b = slow.forward(toks, _pos(0, 9), slow.make_cache(16), "all")
     assert _rel(a, b) < 1e-4
+
+
+def test_mtp_speculative_sampling_is_seeded(copy_model) -> None:
+    """Temperature > 0 through the round loop: q_draft rows feed the acceptance rule; equal seeds, equal tokens."""
+    runs = []
+    for _ in range(2):
+        eng = Engine(copy_model, 128)
+        d = MTPDrafter(copy_model, 128, draft_vocab=S.DRAFT_VOCAB_TINY)
+        s = Speculation(d, 4, AlwaysDraft(), RequestDraftStats(), copy_model.rollback_limit)  # type: ignore[arg-type]
+        params = SamplingParams(temperature=0.7, top_k=40, seed=11)
+        runs.append((list(eng.stream(PROMPTS[0], 30, params, frozenset(), Generation(), s)), s.stats))
+    (a, sa), (b, sb) = runs
+    assert a == b and len(a) == 30 and sa.drafted > 0 and sa == sb
