@@ -50,7 +50,7 @@ def bench_cuca(path: Path, threads: int, n_decode: int, reps: int, prompt: np.nd
         tok = int(np.argmax(logits[0])) % 65536
         pos += 1
     decode_s = (time.perf_counter() - t0) / n_decode
-    one, four = [], []
+    one, four, back = [], [], []
     for _ in range(reps):
         ids = np.array([tok, 11, 12, 13], np.int32)
         t0 = time.perf_counter()
@@ -60,7 +60,9 @@ def bench_cuca(path: Path, threads: int, n_decode: int, reps: int, prompt: np.nd
         t0 = time.perf_counter()
         model.head(model.forward_hidden(ids, np.arange(pos + 1, pos + 5, dtype=np.int32), cache))
         four.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
         cache.trim(3)  # reject 3 drafts: restore the snapshot
+        back.append(time.perf_counter() - t0)
         pos += 2
     mcache = model.make_mtp_cache(n_ctx)
     h = np.random.default_rng(0).standard_normal((pos, model.c.n_embd)).astype(np.float32)
@@ -72,7 +74,8 @@ def bench_cuca(path: Path, threads: int, n_decode: int, reps: int, prompt: np.nd
         hh = model.mtp_forward(np.array([17], np.int32), hh, np.array([pos + i], np.int32), mcache)
         model.mtp_logits(hh, DRAFT_VOCAB)
         draft.append(time.perf_counter() - t0)
-    return {"decode_s": decode_s, "one_s": med(one), "four_s": med(four), "draft_s": med(draft)}
+    return {"decode_s": decode_s, "one_s": med(one), "four_s": med(four), "draft_s": med(draft),
+            "trim_s": med(back)}
 
 
 def bench_llama(path: Path, threads: int, n_decode: int, reps: int, prompt: np.ndarray) -> dict[str, float] | str:
@@ -132,6 +135,7 @@ def main() -> None:
     row("1-row step ms", f"{1e3 * c['one_s']:.1f}", f"{1e3 * lld['one_s']:.1f}" if lld else "-")
     row("4-row verify ms", f"{1e3 * c['four_s']:.1f}", f"{1e3 * lld['four_s']:.1f}" if lld else "-")
     row("verify 4 / 1 row", f"{c['four_s'] / c['one_s']:.2f}x", f"{lld['four_s'] / lld['one_s']:.2f}x" if lld else "-")
+    row("rollback of 3 rows ms", f"{1e3 * c['trim_s']:.1f}", "-")
     row("MTP draft step ms", f"{1e3 * c['draft_s']:.1f}", "-")
     row("draft / target step", f"{c['draft_s'] / c['one_s']:.3f}x", "-")
     if isinstance(ll, str):
