@@ -1,13 +1,16 @@
 """The product page's verification test for the target/drafter pairs: load the target alone and with its drafter,
 generate greedily, and the tokens (and caches) are identical. Synthetic files in the real layouts.
 
-Pairs: Gemma 4 + gemma4-assistant (drafter file). Each pair gives a target and a function that binds its drafter
-to an engine's cache.
+Pairs: Gemma 4 + gemma4-assistant (drafter file), Qwen 3.5 + its in-trunk MTP head (hybrid: DeltaNet state
+restored from per-token snapshots, at most 16 drafts per verification). Each pair gives a target and a function that
+binds its drafter to an engine's cache.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,19 +25,23 @@ from cuca.models.gemma4_assistant import load_assistant
 from cuca.models.layers import Ops
 from cuca.sampling import SamplingParams
 from cuca.speculative.drafters.assistant import AssistantDrafter
+from cuca.speculative.drafters.mtp import MTPDrafter
 from cuca.speculative.proposal import Proposal
 from cuca.speculative.stats import RequestDraftStats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import synth_qwen35  # noqa: E402
 
 GREEDY = SamplingParams()
 PROMPTS = [
     [2, 10, 11, 12, 13, 14, 10, 11, 12],
-    [2, 400, 401, 402, 403, 404, 405],
-    [2, 380, 381, 382, 380, 381, 382, 380],
+    [2, 20, 21, 22, 23, 24, 25],
+    [2, 0, 1, 2, 0, 1, 2, 0],
     [2, 7, 9, 7, 9, 7, 9, 7, 9, 7, 9, 7],
     [2, 300],
     [2, 299, 298, 297, 296, 295, 294, 293, 292, 291, 290, 289, 288, 287, 286, 285, 284, 283],
-    [2, 500, 1, 500, 1, 500],
-    [2, 450, 460, 470, 480, 490, 500, 510],
+    [2, 120, 1, 120, 1, 120],
+    [2, 70, 80, 90, 100, 110, 120, 130],
 ]
 
 
@@ -71,15 +78,18 @@ class Scripted:
         real = self.inner.propose(history, n)
         k = len(history) - self.prompt_len
         toks = self.future[k : k + len(real.tokens)]
-        return Proposal([(t + 1) % 512 for t in toks] if self.wrong else toks, None)
+        return Proposal([(t + 1) % 256 for t in toks] if self.wrong else toks, None)
 
 
 Pair = tuple[Any, Callable[[Engine], Any]]
 
 
-@pytest.fixture(scope="module", params=["gemma4"])
+@pytest.fixture(scope="module", params=["gemma4", "qwen35"])
 def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Pair:
     d = tmp_path_factory.mktemp(request.param)
+    if request.param == "qwen35":
+        target = load_model(open_gguf(synth_qwen35.write(d / "q.gguf")), Ops(2))
+        return target, lambda eng: MTPDrafter(target, eng.cache.n_ctx, draft_vocab=synth_qwen35.DRAFT_VOCAB_TINY)
     target = load_model(open_gguf(write_gemma4(d / "t.gguf")), Ops(2))
     assistant = load_assistant(open_gguf(write_gemma4_assistant(d / "a.gguf")), target.ops, target)
     return target, lambda eng: AssistantDrafter(assistant, eng.cache)
@@ -104,13 +114,18 @@ def spec(pair: Pair, prompt: list[int], max_tokens: int, k: int, n_ctx: int = 96
 
 
 def same_cache(a: Engine, b: Engine) -> bool:
-    n = a.cache.n
-    return n == b.cache.n and all(
-        np.array_equal(x[:, :n], y[:, :n]) for x, y in zip(a.cache.k + a.cache.v, b.cache.k + b.cache.v, strict=True)
-    )
+    """K/V of every cached position and (hybrid) the conv and recurrent states, bit for bit."""
+    ca, cb = a.cache, b.cache
+    n = ca.n
+    kva, kvb = getattr(ca, "kv", ca), getattr(cb, "kv", cb)
+    sa = getattr(ca, "conv", []) + getattr(ca, "ssm", [])
+    states = list(zip(sa, getattr(cb, "conv", []) + getattr(cb, "ssm", []), strict=True))
+    return n == cb.n and all(
+        np.array_equal(x[:, :n], y[:, :n]) for x, y in zip(kva.k + kva.v, kvb.k + kvb.v, strict=True)
+    ) and all(np.array_equal(x, y) for x, y in states)
 
 
-@pytest.mark.parametrize("k", [1, 2, 3, 4, 6, 8])
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 6, 8, 16])
 def test_greedy_with_drafter_equals_plain(pair: Pair, k: int) -> None:
     drafted = 0
     for prompt in PROMPTS:
@@ -148,7 +163,7 @@ def test_context_limit(pair: Pair) -> None:
         spec(pair, prompt, n_ctx - 19, 3, n_ctx)
 
 
-@pytest.mark.parametrize("k", [1, 3, 8])
+@pytest.mark.parametrize("k", [1, 3, 8, 16])
 def test_oracle_accepts_everything_and_wrong_drafter_nothing(pair: Pair, k: int) -> None:
     prompt = PROMPTS[3]
     want, peng, _ = plain(pair[0], prompt, 30)
@@ -170,8 +185,9 @@ def test_oracle_accepts_everything_and_wrong_drafter_nothing(pair: Pair, k: int)
 def test_stop_token_inside_accepted_drafts(pair: Pair) -> None:
     prompt = PROMPTS[1]
     future, _, _ = plain(pair[0], prompt, 30)
-    stop = frozenset({future[6]})
+    i = next(i for i in range(4, 30) if future[i] not in future[:i])  # a token the reply first emits at i
+    stop = frozenset({future[i]})
     want, peng, pgen = plain(pair[0], prompt, 30, stop=stop)
     got, seng, sgen, stats = spec(pair, prompt, 30, 8, stop=stop, script=(future[1:], False))
-    assert got == want and got[-1] == future[6] and sgen.finish_reason == pgen.finish_reason == "stop"
+    assert got == want == future[: i + 1] and sgen.finish_reason == pgen.finish_reason == "stop"
     assert stats.accepted > len(got) - 1  # the stop token arrived inside a round's accepted drafts

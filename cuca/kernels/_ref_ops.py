@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["attention", "rms_norm", "add_rms_norm", "rope", "silu_mul", "gelu_mul"]
+__all__ = ["attention", "rms_norm", "add_rms_norm", "rope", "silu_mul", "gelu_mul", "deltanet"]
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 
@@ -281,3 +281,65 @@ def gelu_mul(g, u, out, n_threads=0) -> None:
     g, u, out = _act_args("gelu_mul", g, u, out, n_threads)
     g64 = g.astype(np.float64)
     out[...] = 0.5 * g64 * (1.0 + np.tanh(_GELU_C * (g64 + 0.044715 * g64**3))) * u.astype(np.float64)
+
+
+# ---------------------------------------------------------------------------------------------- deltanet
+def deltanet(q, k, v, g, beta, state, snaps, out, eps, scale, n_threads=0) -> None:
+    """Gated DeltaNet recurrence, token by token. q, k (T, H, dk) are L2-normalised here (x / sqrt(sum x^2 +
+    eps)), q then scaled; per token and head: S = exp(g) S, kv = k^T S, S += k (beta (v - kv))^T, o = q^T S.
+    state (H, dk, dv) is updated in place; snaps (>= T-1, H, dk, dv) or None receives the state after each
+    token but the last."""
+    fn = "deltanet"
+    q = _array(fn, "q", q, "f", (3,))
+    k = _array(fn, "k", k, "f", (3,))
+    v = _array(fn, "v", v, "f", (3,))
+    g = _array(fn, "g", g, "f", (2,))
+    beta = _array(fn, "beta", beta, "f", (2,))
+    state = _array(fn, "state", state, "f", (3,))
+    out = _array(fn, "out", out, "f", (3,))
+    if snaps is not None:
+        snaps = _array(fn, "snaps", snaps, "f", (4,))
+    eps = _float(fn, "eps", eps)
+    scale = _float(fn, "scale", scale)
+    _nthreads(fn, n_threads)
+    T, H, dk = q.shape
+    dv = v.shape[2]
+    if H < 1 or dk < 1 or dv < 1:
+        raise ValueError(f"{fn}(): q and v must have non-empty head axes of int size")
+    _shape(fn, "k", k, (T, H, dk))
+    _shape(fn, "v", v, (T, H, dv))
+    _shape(fn, "g", g, (T, H))
+    _shape(fn, "beta", beta, (T, H))
+    _shape(fn, "state", state, (H, dk, dv))
+    _shape(fn, "out", out, (T, H, dv))
+    if not state.flags.c_contiguous:
+        raise ValueError(f"{fn}(): state must be C-contiguous")
+    _writeable(fn, "state", state)
+    _writeable(fn, "out", out)
+    ins = (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta))
+    for name, a in ins:
+        _disjoint(fn, "out", out, name, a)
+        _disjoint(fn, "state", state, name, a)
+    _disjoint(fn, "out", out, "state", state)
+    if snaps is not None:
+        if snaps.shape[0] < T - 1 or snaps.shape[1:] != (H, dk, dv):
+            raise ValueError(f"{fn}(): snaps must have shape (>= {max(T - 1, 0)}, {H}, {dk}, {dv})")
+        if not snaps.flags.c_contiguous:
+            raise ValueError(f"{fn}(): snaps must be C-contiguous")
+        _writeable(fn, "snaps", snaps)
+        for name, a in (*ins, ("state", state), ("out", out)):
+            _disjoint(fn, "snaps", snaps, name, a)
+    s = state.astype(np.float64)
+    for t in range(T):
+        q64 = q[t].astype(np.float64)
+        k64 = k[t].astype(np.float64)
+        q64 = q64 / np.sqrt(np.sum(q64 * q64, axis=-1, keepdims=True) + eps) * scale
+        k64 = k64 / np.sqrt(np.sum(k64 * k64, axis=-1, keepdims=True) + eps)
+        s = s * np.exp(g[t].astype(np.float64))[:, None, None]
+        kv = np.einsum("hi,hij->hj", k64, s)
+        delta = beta[t].astype(np.float64)[:, None] * (v[t].astype(np.float64) - kv)
+        s = s + k64[:, :, None] * delta[:, None, :]
+        out[t] = np.einsum("hi,hij->hj", q64, s)
+        if snaps is not None and t < T - 1:
+            snaps[t] = s
+    state[...] = s

@@ -12,7 +12,7 @@ from ..gguf import GGUFFile
 from .cache import KVCache
 from .layers import Ops
 
-ARCHITECTURES = ("llama", "gemma3", "gemma4")
+ARCHITECTURES = ("llama", "gemma3", "gemma4", "qwen35")
 DRAFTER_ARCHITECTURES = ("gemma4-assistant",)  # drafters only: they need a target to run
 
 

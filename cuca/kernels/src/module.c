@@ -8,10 +8,12 @@
 /* Each .inc defines static wrappers and a CUCA_*_METHODS list of PyMethodDef entries. */
 #include "module_matmul.inc"
 #include "module_ops.inc"
+#include "module_deltanet.inc"
 
 static PyMethodDef cuca_methods[] = {
     CUCA_MATMUL_METHODS
     CUCA_OPS_METHODS
+    CUCA_DELTANET_METHODS
     {NULL, NULL, 0, NULL},
 };
 

@@ -36,4 +36,12 @@ int cuca_rope_f32(float *x, cuca_rows xs, const int32_t *pos, int64_t M, int64_t
 int cuca_act_mul_f32(int kind, const float *g, cuca_rows gs, const float *u, cuca_rows us, float *out,
                      cuca_rows os, int64_t n0, int64_t n1, int64_t n, int n_threads);
 
+/* Gated DeltaNet recurrence, token by token (deltanet.c). q, k: (T, H, dk) raw (L2-normalised inside, q then
+ * scaled); v, out: (T, H, dv); g (log-decay), beta: (T, H); state: (H, dk, dv) contiguous, updated in place;
+ * snaps: NULL or (>= T-1, H, dk, dv) contiguous, receiving the state after each token but the last. */
+int cuca_deltanet_f32(const float *q, ptrdiff_t q_s0, ptrdiff_t q_s1, const float *k, ptrdiff_t k_s0, ptrdiff_t k_s1,
+                      const float *v, ptrdiff_t v_s0, ptrdiff_t v_s1, const float *g, ptrdiff_t g_s0,
+                      const float *beta, ptrdiff_t b_s0, float *state, float *snaps, float *out, ptrdiff_t o_s0,
+                      ptrdiff_t o_s1, int T, int H, int dk, int dv, float eps, float scale, int n_threads);
+
 #endif

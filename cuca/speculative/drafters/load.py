@@ -18,21 +18,23 @@ from .prompt_lookup import PromptLookupDrafter
 def load_drafter(
     ds: DrafterSource, target: Any, cache: Any, ops: Ops, device: str = "cpu", target_path: str | os.PathLike[str] = ""
 ) -> Drafter:
-    """The drafter for `target`. Errors: ConfigError for an in-trunk head off the CPU; ProviderError when the target
-    has no prediction head, or a drafter file is not a drafter or does not match the target (names the values)."""
+    """The drafter for `target`; in-trunk means the model's MTP head, which keeps its own K/V cache.
+    Errors: ConfigError for an in-trunk head off the CPU; ProviderError when the target has no prediction head, or a
+    drafter file is not a drafter or does not match the target (names the values)."""
     if ds.kind == "prompt_lookup":
         return PromptLookupDrafter(ds.max_ngram)
     if ds.kind == "in_trunk":
         if device != "cpu":
             raise ConfigError(f"drafter: the in-trunk prediction head runs on the CPU only, not on device {device!r}")
-        make = getattr(target, "in_trunk_drafter", None)
-        if make is None:
+        if getattr(target, "mtp", None) is None:
             raise ProviderError(
                 f"drafter: {target_path} has no prediction head (architecture {target.arch!r}); the in-trunk drafter "
                 f"needs a file with MTP/nextn tensors, e.g. qwen35 with blk.N.nextn.*"
             )
-        drafter: Drafter = make(cache)
-        return drafter
+        from .mtp import MTPDrafter, check_in_trunk
+
+        check_in_trunk(target, device)
+        return MTPDrafter(target, cache.n_ctx, device)
     assert ds.source is not None
     path = ds.source.resolve()
     f = open_gguf(path)

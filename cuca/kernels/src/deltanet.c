@@ -1,0 +1,156 @@
+/* Gated DeltaNet recurrence (Qwen 3.5 linear-attention layers), one token after another.
+ *
+ * For each token t and head h, with state S (dk x dv, float32):
+ *   q, k <- q / sqrt(sum q^2 + eps), k / sqrt(sum k^2 + eps); q <- q * scale
+ *   S <- exp(g) S;  kv = k^T S;  S <- S + k (beta (v - kv))^T;  o = q^T S   (o uses the updated state)
+ * One (token, head) is always the same float operations, in the same order, whatever the number of tokens in
+ * the call, the token's place in it or the threads (threads only split heads): decode and verify give
+ * bit-identical states and outputs. Columns of the state are independent, so each block of columns runs all the
+ * tokens of the call while it sits in L1, in place in the live state; with snapshots, the state after token
+ * t < T-1 is also stored to snaps[t] as it is produced (no extra pass over the state). */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "cuca.h"
+#include "ops.h"
+#include "vmath.h"
+
+/* 1 / sqrt(sum x^2 + eps): products in float, sum in double, one fixed order */
+static float dn_inv_norm(const float *x, int n, float eps) {
+    double s = 0.0;
+    for (int i = 0; i < n; ++i) s += (double)(x[i] * x[i]);
+    return 1.0f / sqrtf((float)s + eps);
+}
+
+/* One token of one head on columns [j0, j1) of the state S (dk x dv, rows of dv floats), in place, one column
+ * at a time: the same float operations, column by column, as the vector path. snap: NULL or where the updated
+ * columns are copied too. */
+static void dn_cols_scalar(const float *v, float e, float beta, float *S, float *snap, float *o, int dk, int dv,
+                           int j0, int j1, const float *qn, const float *kn) {
+    for (int j = j0; j < j1; ++j) {
+        float kv = 0.0f;
+        for (int i = 0; i < dk; ++i) {
+            const float s = S[(size_t)i * dv + j] * e;
+            S[(size_t)i * dv + j] = s;
+            kv = kv + kn[i] * s;
+        }
+        const float d = beta * (v[j] - kv);
+        float acc = 0.0f;
+        for (int i = 0; i < dk; ++i) {
+            const float s = S[(size_t)i * dv + j] + kn[i] * d;
+            S[(size_t)i * dv + j] = s;
+            if (snap) snap[(size_t)i * dv + j] = s;
+            acc = acc + qn[i] * s;
+        }
+        o[j] = acc;
+    }
+}
+
+#define DN_NV 4            /* vectors of columns per block: their kv / delta / o stay in registers */
+
+/* snapshot store: non-temporal when the address allows it (snapshots are read back only on a rollback, so they
+ * should not evict the live state from the caches nor cost a read for ownership) */
+static inline void dn_store_snap(float *p, vf x) {
+#if VL == 16
+    if (((uintptr_t)p & 63) == 0) {
+        _mm512_stream_ps(p, x);
+        return;
+    }
+#elif VL == 8
+    if (((uintptr_t)p & 31) == 0) {
+        _mm256_stream_ps(p, x);
+        return;
+    }
+#endif
+    v_store(p, x);
+}
+#define DN_BW (DN_NV * VL) /* columns per block */
+
+/* One token of one head on the block of DN_BW columns at S (row stride dv), in place. */
+static void dn_block(const float *v, vf ev, vf bv, float *S, float *snap, float *o, int dk, int dv, const float *qn,
+                     const float *kn) {
+    vf a[DN_NV], d[DN_NV];
+    for (int u = 0; u < DN_NV; ++u) a[u] = v_zero();
+    for (int i = 0; i < dk; ++i) {
+        float *r = S + (size_t)i * dv;
+        const vf ki = v_set1(kn[i]);
+        for (int u = 0; u < DN_NV; ++u) {
+            const vf s = v_mul(v_load(r + u * VL), ev);
+            v_store(r + u * VL, s);
+            a[u] = v_add(a[u], v_mul(ki, s));
+        }
+    }
+    for (int u = 0; u < DN_NV; ++u) {
+        d[u] = v_mul(bv, v_sub(v_load(v + u * VL), a[u]));
+        a[u] = v_zero();
+    }
+    for (int i = 0; i < dk; ++i) {
+        float *r = S + (size_t)i * dv;
+        const vf ki = v_set1(kn[i]), qi = v_set1(qn[i]);
+        for (int u = 0; u < DN_NV; ++u) {
+            const vf s = v_add(v_load(r + u * VL), v_mul(ki, d[u]));
+            v_store(r + u * VL, s);
+            if (snap) dn_store_snap(snap + (size_t)i * dv + u * VL, s);
+            a[u] = v_add(a[u], v_mul(qi, s));
+        }
+    }
+    for (int u = 0; u < DN_NV; ++u) v_store(o + u * VL, a[u]);
+}
+
+int cuca_deltanet_f32(const float *q, ptrdiff_t q_s0, ptrdiff_t q_s1, const float *k, ptrdiff_t k_s0, ptrdiff_t k_s1,
+                      const float *v, ptrdiff_t v_s0, ptrdiff_t v_s1, const float *g, ptrdiff_t g_s0,
+                      const float *beta, ptrdiff_t b_s0, float *state, float *snaps, float *out, ptrdiff_t o_s0,
+                      ptrdiff_t o_s1, int T, int H, int dk, int dv, float eps, float scale, int n_threads) {
+    if (T < 0 || H < 0 || dk < 1 || dv < 1) return CUCA_EINVAL;
+    if (T == 0 || H == 0) return CUCA_OK;
+    const size_t hs = (size_t)dk * dv, ts = hs * (size_t)H;
+    int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+    if (nt > H) nt = H;
+    if ((double)T * (double)ts < 65536.0) nt = 1;
+    int err = 0;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        /* per token: the normalised q and k, exp(g) and beta of this head */
+        float *buf = (float *)malloc(sizeof(float) * (size_t)T * (size_t)(2 * dk + 2));
+        if (!buf) {
+#pragma omp atomic write
+            err = 1;
+        }
+#pragma omp for schedule(static)
+        for (int h = 0; h < H; ++h) {
+            if (!buf) continue;
+            float *qn = buf, *kn = buf + (size_t)T * dk, *ex = kn + (size_t)T * dk, *bt = ex + T;
+            for (int t = 0; t < T; ++t) {
+                const float *qt = q + t * q_s0 + h * q_s1, *kt = k + t * k_s0 + h * k_s1;
+                const float iq = dn_inv_norm(qt, dk, eps), ik = dn_inv_norm(kt, dk, eps);
+                for (int i = 0; i < dk; ++i) {
+                    qn[(size_t)t * dk + i] = (qt[i] * iq) * scale;
+                    kn[(size_t)t * dk + i] = kt[i] * ik;
+                }
+                ex[t] = expf(g[t * g_s0 + h]);
+                bt[t] = beta[t * b_s0 + h];
+            }
+            float *live = state + (size_t)h * hs;
+            /* columns are independent: each block of columns runs every token while it sits in L1 */
+            int j0 = 0;
+            for (; j0 + DN_BW <= dv; j0 += DN_BW)
+                for (int t = 0; t < T; ++t)
+                    dn_block(v + t * v_s0 + h * v_s1 + j0, v_set1(ex[t]), v_set1(bt[t]), live + j0,
+                             snaps && t < T - 1 ? snaps + (size_t)t * ts + (size_t)h * hs + j0 : NULL,
+                             out + t * o_s0 + h * o_s1 + j0, dk, dv, qn + (size_t)t * dk, kn + (size_t)t * dk);
+            if (j0 < dv)
+                for (int t = 0; t < T; ++t)
+                    dn_cols_scalar(v + t * v_s0 + h * v_s1, ex[t], bt[t], live,
+                                   snaps && t < T - 1 ? snaps + (size_t)t * ts + (size_t)h * hs : NULL,
+                                   out + t * o_s0 + h * o_s1, dk, dv, j0, dv, qn + (size_t)t * dk,
+                                   kn + (size_t)t * dk);
+        }
+        free(buf);
+    }
+#if VL == 16 || VL == 8
+    if (snaps) _mm_sfence(); /* the non-temporal snapshot stores are visible before we return */
+#endif
+    return err ? CUCA_ENOMEM : CUCA_OK;
+}

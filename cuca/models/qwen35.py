@@ -1,0 +1,460 @@
+"""`qwen35`: Qwen 3.5 hybrid decoder: Gated DeltaNet (linear attention) layers with a causal conv and a recurrent
+state, every `full_attention_interval`-th layer a gated full-attention layer (per-head q/k norms, partial NeoX RoPE,
+sigmoid output gate), SwiGLU MLPs, tied head; optionally one MTP ("nextn") block after the trunk, the in-trunk
+draft head.
+
+ref: the spec ../shared/specs/qwen35.md (llama.cpp src/models/qwen35.cpp, transformers modeling_qwen3_5.py).
+Norm weights in GGUF already hold (1 + w), except `ssm_norm`; `ssm_a` already holds -exp(A_log).
+
+Rollback: the cache keeps, for the last batch of up to `rollback_limit + 1` tokens, the recurrent state after every
+token (the deltanet kernel writes them as it goes) and the raw conv inputs, so `trim(n)` restores the state after
+the last kept token without recomputing anything.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ProviderError
+from ..gguf import GGUFFile
+from . import opt, req
+from .cache import KVCache
+from .layers import Linear, Ops, head_norm, last_or_all, linear, output_head, rms_norm, self_attention, vector
+
+L2_EPS = 1e-6  # the q/k L2 norm of the DeltaNet layers (fixed in the reference, not a GGUF key)
+
+
+@dataclass(frozen=True)
+class Config:
+    n_vocab: int
+    n_embd: int
+    n_layer: int  # trunk layers; the MTP block, if any, is blk.{n_layer}
+    n_nextn: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    n_rot: int
+    n_ctx_train: int
+    rope_base: float
+    eps: float
+    conv: int
+    d_state: int
+    k_heads: int
+    v_heads: int
+    recurrent: tuple[bool, ...]
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> Config:
+        n_nextn = int(opt(f, "nextn_predict_layers", 0))
+        n_layer = int(req(f, "block_count")) - n_nextn
+        rec = opt(f, "attention.recurrent_layers", None)
+        if rec is not None:
+            recurrent = tuple(bool(x) for x in rec)[:n_layer]
+        else:
+            interval = int(req(f, "full_attention_interval"))
+            recurrent = tuple((i + 1) % interval != 0 for i in range(n_layer))
+        head_dim = int(req(f, "attention.key_length"))
+        c = cls(
+            n_vocab=int(f.tensor("token_embd.weight").shape[0]),
+            n_embd=int(req(f, "embedding_length")),
+            n_layer=n_layer,
+            n_nextn=n_nextn,
+            n_head=int(req(f, "attention.head_count")),
+            n_head_kv=int(req(f, "attention.head_count_kv")),
+            head_dim=head_dim,
+            n_ff=int(req(f, "feed_forward_length")),
+            n_rot=int(req(f, "rope.dimension_count")),
+            n_ctx_train=int(req(f, "context_length")),
+            rope_base=float(req(f, "rope.freq_base")),
+            eps=float(req(f, "attention.layer_norm_rms_epsilon")),
+            conv=int(req(f, "ssm.conv_kernel")),
+            d_state=int(req(f, "ssm.state_size")),
+            k_heads=int(req(f, "ssm.group_count")),
+            v_heads=int(req(f, "ssm.time_step_rank")),
+            recurrent=recurrent,
+        )
+        if int(opt(f, "attention.value_length", head_dim)) != head_dim:
+            raise ProviderError(f"{f.path}: attention key and value lengths differ; not supported")
+        if c.k_heads != c.v_heads:
+            raise ProviderError(f"{f.path}: DeltaNet with {c.k_heads} key heads and {c.v_heads} value heads "
+                                "(head repetition) is not supported")
+        if int(opt(f, "ssm.inner_size", c.v_heads * c.d_state)) != c.v_heads * c.d_state:
+            raise ProviderError(f"{f.path}: ssm.inner_size is not time_step_rank * state_size")
+        if len(recurrent) != n_layer or c.n_nextn > 1 or c.conv < 1 or not 0 < c.n_rot <= head_dim:
+            raise ProviderError(f"{f.path}: inconsistent qwen35 hyperparameters")
+        return c
+
+    @property
+    def key_dim(self) -> int:
+        return self.k_heads * self.d_state
+
+    @property
+    def val_dim(self) -> int:
+        return self.v_heads * self.d_state
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.val_dim
+
+
+def _matrix(f: GGUFFile, name: str, shape: tuple[int, int]) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(f.tensor(name, shape).data, dtype=np.float32))
+
+
+class FFN:
+    def __init__(self, f: GGUFFile, c: Config, p: str):
+        self.ffn_gate = linear(f, p + "ffn_gate.weight", c.n_ff, c.n_embd)
+        self.ffn_up = linear(f, p + "ffn_up.weight", c.n_ff, c.n_embd)
+        self.ffn_down = linear(f, p + "ffn_down.weight", c.n_embd, c.n_ff)
+
+    def __call__(self, ops: Ops, h: np.ndarray) -> np.ndarray:
+        g = self.ffn_gate(ops, h)
+        ops.k.silu_mul(g, self.ffn_up(ops, h), g, ops.threads)
+        return self.ffn_down(ops, g)
+
+
+class AttnBlock:
+    """Gated full attention: attn_q gives per head [query | gate]."""
+
+    recurrent = False
+
+    def __init__(self, f: GGUFFile, c: Config, i: int):
+        p, q_dim, kv_dim = f"blk.{i}.", c.n_head * c.head_dim, c.n_head_kv * c.head_dim
+        self.attn_norm = vector(f, p + "attn_norm.weight", c.n_embd)
+        self.post_attention_norm = vector(f, p + "post_attention_norm.weight", c.n_embd)
+        self.attn_q = linear(f, p + "attn_q.weight", 2 * q_dim, c.n_embd)
+        self.attn_k = linear(f, p + "attn_k.weight", kv_dim, c.n_embd)
+        self.attn_v = linear(f, p + "attn_v.weight", kv_dim, c.n_embd)
+        self.attn_output = linear(f, p + "attn_output.weight", c.n_embd, q_dim)
+        self.attn_q_norm = vector(f, p + "attn_q_norm.weight", c.head_dim)
+        self.attn_k_norm = vector(f, p + "attn_k_norm.weight", c.head_dim)
+        self.ffn = FFN(f, c, p)
+
+
+class GDNBlock:
+    """Gated DeltaNet: attn_qkv -> causal depthwise conv (state: the last conv-1 raw rows) -> SiLU -> q|k|v."""
+
+    recurrent = True
+
+    def __init__(self, f: GGUFFile, c: Config, i: int):
+        p = f"blk.{i}."
+        self.attn_norm = vector(f, p + "attn_norm.weight", c.n_embd)
+        self.post_attention_norm = vector(f, p + "post_attention_norm.weight", c.n_embd)
+        self.attn_qkv = linear(f, p + "attn_qkv.weight", c.conv_dim, c.n_embd)
+        self.attn_gate = linear(f, p + "attn_gate.weight", c.val_dim, c.n_embd)
+        self.ssm_conv1d = _matrix(f, p + "ssm_conv1d.weight", (c.conv_dim, c.conv))
+        self.conv_taps = [np.ascontiguousarray(self.ssm_conv1d[:, j]) for j in range(c.conv)]
+        self.ssm_dt = vector(f, p + "ssm_dt.bias", c.v_heads).astype(np.float64)
+        self.ssm_a = vector(f, p + "ssm_a", c.v_heads).astype(np.float64)
+        self.ssm_beta = linear(f, p + "ssm_beta.weight", c.v_heads, c.n_embd)
+        self.ssm_alpha = linear(f, p + "ssm_alpha.weight", c.v_heads, c.n_embd)
+        self.ssm_norm = vector(f, p + "ssm_norm.weight", c.d_state)
+        self.ssm_out = linear(f, p + "ssm_out.weight", c.n_embd, c.val_dim)
+        self.ffn = FFN(f, c, p)
+
+
+class MTPHead:
+    """The nextn block: (token, hidden) -> eh_proj([enorm(embed), hnorm(hidden)]) -> gated-attention block ->
+    shared_head_norm. Embedding and head fall back to the trunk's token_embd; the head norm to output_norm."""
+
+    def __init__(self, f: GGUFFile, c: Config, token_embd: Linear, output_norm: np.ndarray):
+        i = c.n_layer
+        p = f"blk.{i}.nextn."
+        self.blk = AttnBlock(f, c, i)
+        self.eh_proj = linear(f, p + "eh_proj.weight", c.n_embd, 2 * c.n_embd)
+        self.enorm = vector(f, p + "enorm.weight", c.n_embd)
+        self.hnorm = vector(f, p + "hnorm.weight", c.n_embd)
+        has = f.tensors.__contains__
+        self.head_norm = (vector(f, p + "shared_head_norm.weight", c.n_embd)
+                          if has(p + "shared_head_norm.weight") else output_norm)
+        self.embed = (linear(f, p + "embed_tokens.weight", c.n_vocab, c.n_embd)
+                      if has(p + "embed_tokens.weight") else token_embd)
+        self.head = (linear(f, p + "shared_head_head.weight", c.n_vocab, c.n_embd)
+                     if has(p + "shared_head_head.weight") else token_embd)
+        self._heads: dict[int, Linear] = {}
+
+    def head_rows(self, n: int) -> Linear:
+        """The head restricted to its first n rows (token ids 0..n-1): a view, no copy."""
+        if n >= self.head.n_out:
+            return self.head
+        if n not in self._heads:
+            lin = copy.copy(self.head)
+            lin.w, lin.n_out = self.head.w[:n], n
+            self._heads[n] = lin
+        return self._heads[n]
+
+
+class HybridCache:
+    """K/V for the attention layers + conv windows and recurrent states for the DeltaNet layers.
+
+    `n` counts cached positions. After a forward batch of 2..max_snaps+1 tokens, `trim(n)` restores the
+    recurrent states saved after the last kept token and the conv windows rebuilt from that batch's raw inputs;
+    the attention layers just forget positions. Deeper rollbacks raise.
+    """
+
+    can_rollback = True
+
+    def __init__(self, n_ctx: int, c: Config, max_snaps: int):
+        self.kv = KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)] * sum(not r for r in c.recurrent))
+        n_rec = sum(c.recurrent)
+        self.conv = [np.zeros((c.conv - 1, c.conv_dim), np.float32) for _ in range(n_rec)]
+        self.ssm = [np.zeros((c.v_heads, c.d_state, c.d_state), np.float32) for _ in range(n_rec)]
+        self.max_snaps = max_snaps
+        self._shape = (c.v_heads, c.d_state, c.d_state)
+        self._snaps: list[np.ndarray | None] = [None] * n_rec
+        self._raw: list[np.ndarray | None] = [None] * n_rec  # [conv window before | raw rows] of the last batch
+        self._kept = 0  # tokens of the last batch still cached that a trim may fall back into (0: none)
+        self._snapped = False
+
+    @property
+    def n(self) -> int:
+        return self.kv.n
+
+    @property
+    def n_ctx(self) -> int:
+        return self.kv.n_ctx
+
+    def check_room(self, pos0: int, m: int) -> None:
+        self.kv.check_room(pos0, m)
+        if pos0 != self.kv.n:
+            raise ValueError(f"a recurrent cache holding {self.kv.n} positions cannot continue at position {pos0}")
+
+    def begin(self, m: int) -> bool:
+        """A batch of m tokens starts: whether to keep per-token snapshots."""
+        self._kept, self._snapped = m, 1 < m <= self.max_snaps + 1
+        return self._snapped
+
+    def snaps(self, li: int) -> np.ndarray | None:
+        if not self._snapped:
+            return None
+        s = self._snaps[li]
+        if s is None:
+            s = self._snaps[li] = _aligned((self.max_snaps, *self._shape))
+        return s
+
+    def keep_raw(self, li: int, x: np.ndarray) -> None:
+        self._raw[li] = x
+
+    def advance(self, pos_end: int) -> None:
+        self.kv.advance(pos_end)
+
+    def trim(self, n: int) -> None:
+        """Forget the last n positions (at most the last batch minus its first token)."""
+        if n == 0:
+            return
+        if not self._snapped or not 0 < n < self._kept:
+            raise ValueError(f"cannot roll the recurrent state back by {n} positions (the last batch left "
+                             f"{self._kept} positions{'' if self._snapped else ' without snapshots'})")
+        keep = self._kept - n
+        for li, st in enumerate(self.ssm):
+            snaps, raw = self._snaps[li], self._raw[li]
+            assert snaps is not None and raw is not None
+            st[...] = snaps[keep - 1]
+            self.conv[li][...] = raw[keep : keep + self.conv[li].shape[0]]
+        self.kv.trim(n)
+        self._kept = keep
+
+    def reset(self) -> None:
+        self.kv.reset()
+        for a in (*self.conv, *self.ssm):
+            a.fill(0.0)
+        self._kept, self._snapped = 0, False
+
+    @property
+    def nbytes(self) -> int:
+        extra = sum(a.nbytes for a in (*self.conv, *self.ssm))
+        return self.kv.nbytes + extra + sum(s.nbytes for s in self._snaps if s is not None)
+
+
+def _aligned(shape: tuple[int, ...], align: int = 64) -> np.ndarray:
+    """An uninitialised float32 array whose data starts on an `align`-byte boundary (the deltanet kernel streams
+    snapshots with non-temporal stores when it can)."""
+    n = int(np.prod(shape))
+    raw = np.empty(n + align // 4, np.float32)
+    off = (-raw.ctypes.data % align) // 4
+    return raw[off : off + n].reshape(shape)
+
+
+def _rowwise(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
+    """fn applied row by row (rows of one fixed length): a row's result never depends on the batch size."""
+    out = np.empty(x.shape, np.float32)
+    for i in range(x.shape[0]):
+        out[i] = fn(x[i].astype(np.float64))
+    return out
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def gdn_chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray, state: np.ndarray,
+                out: np.ndarray, scale: float, chunk: int = 64) -> None:
+    """The chunked (parallel) form of the deltanet kernel, in float64 numpy (for long prefills): same arguments,
+    same results up to rounding, but only the final state (no snapshots)."""
+    f8 = np.float64
+    q64, k64 = q.astype(f8), k.astype(f8)
+    q64 = q64 / np.sqrt(np.sum(q64 * q64, -1, keepdims=True) + L2_EPS) * scale
+    k64 = k64 / np.sqrt(np.sum(k64 * k64, -1, keepdims=True) + L2_EPS)
+    s = state.astype(f8)
+    T = q.shape[0]
+    for c0 in range(0, T, chunk):
+        sl = slice(c0, min(T, c0 + chunk))
+        qc, kc, vc = (a[sl].transpose(1, 0, 2) for a in (q64, k64, v.astype(f8)))  # (H, n, d)
+        gc, bc = g[sl].astype(f8).T, beta[sl].astype(f8).T  # (H, n)
+        n = qc.shape[1]
+        cg = np.cumsum(gc, axis=1)
+        diff = cg[:, :, None] - cg[:, None, :]
+        lower = np.tril(np.ones((n, n), bool))
+        gam = np.where(lower, np.exp(np.where(lower, diff, 0.0)), 0.0)
+        kk = np.einsum("hid,hjd->hij", kc, kc)
+        a = np.tril(bc[:, :, None] * kk * gam, -1)
+        lmat = a + np.eye(n)
+        eg = np.exp(cg)[:, :, None]
+        u = np.linalg.solve(lmat, bc[:, :, None] * vc)
+        w = np.linalg.solve(lmat, bc[:, :, None] * kc * eg)
+        vp = u - w @ s
+        qk = np.einsum("hid,hjd->hij", qc, kc) * gam
+        o = (qc * eg) @ s + qk @ vp
+        out[sl] = o.transpose(1, 0, 2)
+        last = cg[:, -1]
+        s = np.exp(last)[:, None, None] * s + (kc * np.exp(last[:, None] - cg)[:, :, None]).transpose(0, 2, 1) @ vp
+    state[...] = s
+
+
+class Model:
+    arch = "qwen35"
+    rollback_limit = 16  # drafts per verification call: the cache keeps this many per-token snapshots
+    chunked_prefill_min = 65  # batches of at least this many tokens (beyond any rollback) use the chunked form
+
+    def __init__(self, f: GGUFFile, ops: Ops):
+        self.c = c = Config.from_gguf(f)
+        self.ops = ops
+        self.path = f.path
+        self.n_vocab, self.n_ctx_train = c.n_vocab, c.n_ctx_train
+        self.token_embd = linear(f, "token_embd.weight", c.n_vocab, c.n_embd)
+        self.blk: list[AttnBlock | GDNBlock] = [
+            GDNBlock(f, c, i) if c.recurrent[i] else AttnBlock(f, c, i) for i in range(c.n_layer)
+        ]
+        # index of each layer within its kind: attention layers own a KV slot, DeltaNet layers a state
+        counts = [0, 0]
+        self.slot: list[int] = []
+        for b in self.blk:
+            self.slot.append(counts[b.recurrent])
+            counts[b.recurrent] += 1
+        self.output_norm = vector(f, "output_norm.weight", c.n_embd)
+        self.output = output_head(f, self.token_embd)
+        self.mtp: MTPHead | None = (
+            MTPHead(f, c, self.token_embd, self.output_norm) if c.n_nextn > 0 else None
+        )
+        self._ones: np.ndarray = np.ones((0, c.conv_dim), np.float32)
+
+    # ---- caches ---------------------------------------------------------------------------------------------
+    def make_cache(self, n_ctx: int) -> HybridCache:
+        return HybridCache(n_ctx, self.c, self.rollback_limit)
+
+    def make_mtp_cache(self, n_ctx: int) -> KVCache:
+        """The MTP block's own K/V (one layer)."""
+        c = self.c
+        return KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)])
+
+    # ---- trunk ----------------------------------------------------------------------------------------------
+    def forward(
+        self, tokens: np.ndarray, positions: np.ndarray, cache: HybridCache, logits: str = "last"
+    ) -> np.ndarray:
+        """tokens, positions: int32 (M,) -> logits float32 (M, n_vocab) for "all", (1, n_vocab) for "last"."""
+        return last_or_all(self, self.forward_hidden(tokens, positions, cache), logits)
+
+    def head(self, h: np.ndarray) -> np.ndarray:
+        """Post-norm hidden (M, n_embd) -> logits (M, n_vocab) over the whole vocabulary."""
+        return self.output(self.ops, h)
+
+    def forward_hidden(self, tokens: np.ndarray, positions: np.ndarray, cache: HybridCache) -> np.ndarray:
+        """tokens, positions: int32 (M,) -> hidden states after output_norm, float32 (M, n_embd)."""
+        c, ops, m = self.c, self.ops, tokens.shape[0]
+        cache.check_room(int(positions[0]), m)
+        snapped = cache.begin(m)
+        chunked = not snapped and m >= self.chunked_prefill_min
+        x = self.token_embd.rows(ops, tokens)
+        for il, b in enumerate(self.blk):
+            h = rms_norm(ops, x, b.attn_norm, c.eps)
+            if isinstance(b, GDNBlock):
+                x += self._gdn(b, self.slot[il], h, cache, chunked)
+            else:
+                x += self._attention(b, h, positions, cache.kv, self.slot[il])
+            x += b.ffn(ops, rms_norm(ops, x, b.post_attention_norm, c.eps))
+        cache.advance(int(positions[-1]) + 1)
+        return rms_norm(ops, x, self.output_norm, c.eps)
+
+    def _attention(self, b: AttnBlock, h: np.ndarray, positions: np.ndarray, kv: KVCache, slot: int) -> np.ndarray:
+        c, ops, m = self.c, self.ops, h.shape[0]
+        hd = c.head_dim
+        qg = b.attn_q(ops, h).reshape(m, c.n_head, 2 * hd)
+        q = np.empty((m, c.n_head, hd), np.float32)
+        ops.k.rms_norm(qg[:, :, :hd], b.attn_q_norm, c.eps, q, ops.threads)
+        k = head_norm(ops, b.attn_k(ops, h).reshape(m, c.n_head_kv, hd), b.attn_k_norm, c.eps)
+        v = b.attn_v(ops, h).reshape(m, c.n_head_kv, hd)
+        ops.k.rope(q, positions, c.n_rot, c.rope_base, True, None, 1.0, ops.threads)
+        ops.k.rope(k, positions, c.n_rot, c.rope_base, True, None, 1.0, ops.threads)
+        a = self_attention(ops, kv, slot, q, k, v, positions, 0, 1.0 / math.sqrt(hd))
+        a *= _rowwise(_sigmoid, qg[:, :, hd:].reshape(m, -1))
+        return b.attn_output(ops, a)
+
+    def _gdn(self, b: GDNBlock, li: int, h: np.ndarray, cache: HybridCache, chunked: bool) -> np.ndarray:
+        c, ops, m = self.c, self.ops, h.shape[0]
+        mixed = b.attn_qkv(ops, h)  # (m, conv_dim): q | k | v, before the conv
+        z = b.attn_gate(ops, h)
+        beta = _rowwise(_sigmoid, b.ssm_beta(ops, h))
+        alpha = b.ssm_alpha(ops, h)
+        g = _rowwise(lambda r: b.ssm_a * np.logaddexp(0.0, r + b.ssm_dt), alpha)  # a * softplus(alpha + dt)
+        # causal depthwise conv over [window | new rows]; tap conv-1 multiplies the current row
+        raw = np.concatenate([cache.conv[li], mixed])
+        x = raw[0:m] * b.conv_taps[0]
+        for j in range(1, c.conv):
+            x += raw[j : j + m] * b.conv_taps[j]
+        cache.conv[li][...] = raw[m:]
+        cache.keep_raw(li, raw)
+        if self._ones.shape[0] < m:
+            self._ones = np.ones((m, c.conv_dim), np.float32)
+        ops.k.silu_mul(x, self._ones[:m], x, ops.threads)
+        kd, ds = c.key_dim, c.d_state
+        q = x[:, :kd].reshape(m, c.k_heads, ds)
+        k = x[:, kd : 2 * kd].reshape(m, c.k_heads, ds)
+        v = x[:, 2 * kd :].reshape(m, c.v_heads, ds)
+        o = np.empty((m, c.v_heads, ds), np.float32)
+        scale = 1.0 / math.sqrt(ds)
+        if chunked:
+            gdn_chunked(q, k, v, g, beta, cache.ssm[li], o, scale)
+        else:
+            ops.k.deltanet(q, k, v, g, beta, cache.ssm[li], cache.snaps(li), o, L2_EPS, scale, ops.threads)
+        y = head_norm(ops, o, b.ssm_norm, c.eps)
+        ops.k.silu_mul(z.reshape(m, c.v_heads, ds), y, y, ops.threads)
+        return b.ssm_out(ops, y.reshape(m, c.val_dim))
+
+    # ---- MTP head -------------------------------------------------------------------------------------------
+    def mtp_forward(self, tokens: np.ndarray, hidden: np.ndarray, positions: np.ndarray, cache: KVCache) -> np.ndarray:
+        """One MTP pass: tokens (M,) int32 with the hidden states (M, n_embd) they follow (the trunk's post-norm
+        rows, or the head's own output when chaining) at positions (M,) -> the head's post-norm hidden (M, n_embd).
+        Writes K/V at `positions` of `cache` (the head's own)."""
+        mtp, c, ops, m = self.mtp, self.c, self.ops, tokens.shape[0]
+        if mtp is None:
+            raise ProviderError(f"{self.path}: the file has no prediction head")
+        cache.check_room(int(positions[0]), m)
+        e = rms_norm(ops, mtp.embed.rows(ops, tokens), mtp.enorm, c.eps)
+        hh = rms_norm(ops, np.ascontiguousarray(hidden, np.float32), mtp.hnorm, c.eps)
+        u = mtp.eh_proj(ops, np.concatenate([e, hh], axis=1))
+        b = mtp.blk
+        u += self._attention(b, rms_norm(ops, u, b.attn_norm, c.eps), positions, cache, 0)
+        u += b.ffn(ops, rms_norm(ops, u, b.post_attention_norm, c.eps))
+        cache.advance(int(positions[-1]) + 1)
+        return rms_norm(ops, u, mtp.head_norm, c.eps)
+
+    def mtp_logits(self, h: np.ndarray, n_rank: int) -> np.ndarray:
+        """The head's logits over token ids 0..n_rank-1 only, (M, n_rank)."""
+        assert self.mtp is not None
+        return self.mtp.head_rows(n_rank)(self.ops, h)

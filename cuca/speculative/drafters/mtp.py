@@ -1,0 +1,93 @@
+"""The in-trunk drafter: the MTP ("nextn") block inside a Qwen 3.5 GGUF proposes tokens from the target's own
+post-norm hidden states.
+
+Pairing (the spec's vLLM convention): the head's K/V slot at position p holds the pair (x_{p+1}, h_p), the token
+that followed position p with the target's hidden state at p. `observe` writes those pairs for the rows the target
+just committed (first trimming what the head wrote past them: chained drafts, or rejected rows), and keeps the
+head's output for the last row; that output ranks the first draft. Draft i+1 chains the head's own output for
+draft i, one position further. Draft steps rank only the first `draft_vocab` token ids (65,536 of Qwen 3.5's
+248,320), which is several times cheaper than the full head; the target still scores the whole vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...errors import ConfigError, ProviderError
+from ...sampling import SamplingParams, greedy_token, sample, to_probs
+from ..proposal import Proposal
+
+DRAFT_VOCAB = 65536
+
+
+def check_in_trunk(model: Any, device: str = "cpu") -> None:
+    """Raise unless `model` can draft with its in-trunk head on `device`: the head runs on the CPU only
+    (ConfigError), and the file must contain one (ProviderError saying the file has no prediction head)."""
+    if device != "cpu":
+        raise ConfigError(f"the in-trunk prediction head runs on the CPU only, not on device {device!r}")
+    if getattr(model, "mtp", None) is None:
+        where = getattr(model, "path", None) or f"this {getattr(model, 'arch', 'model')} file"
+        raise ProviderError(f"{where} has no prediction head (no nextn/MTP block) to draft with")
+
+
+class MTPDrafter:
+    """Drafts with the target's MTP head; owns the head's K/V cache of n_ctx positions."""
+
+    uses_hidden = True
+
+    def __init__(self, model: Any, n_ctx: int, device: str = "cpu", draft_vocab: int = DRAFT_VOCAB):
+        check_in_trunk(model, device)
+        if draft_vocab < 1:
+            raise ConfigError(f"draft_vocab must be >= 1, got {draft_vocab!r}")
+        self.model = model
+        self.cache = model.make_mtp_cache(n_ctx)
+        self.n_rank = min(draft_vocab, model.n_vocab)
+        self.params = SamplingParams()
+        self.rng = np.random.default_rng(0)
+        self._h: np.ndarray | None = None  # head output for the last observed row, (1, n_embd)
+        self._pos = -1  # that row's position
+        self._next = -1  # the token that follows it (the token fed next)
+
+    def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None:
+        self.cache.reset()
+        self.params, self.rng = params, rng
+        self._h, self._pos, self._next = None, -1, -1
+
+    def observe(self, hidden: np.ndarray, positions: np.ndarray, next_tokens: list[int]) -> None:
+        if len(next_tokens) == 0:
+            return
+        p0 = int(positions[0])
+        if p0 > self.cache.n:
+            raise ValueError(f"the drafter holds {self.cache.n} positions and cannot skip to position {p0}")
+        self.cache.trim(self.cache.n - p0)  # drop what was written at or past p0 (chained drafts, rejected rows)
+        toks = np.asarray(next_tokens, np.int32)
+        out = self.model.mtp_forward(toks, np.ascontiguousarray(hidden, np.float32), positions, self.cache)
+        self._h = np.ascontiguousarray(out[-1:])
+        self._pos, self._next = int(positions[-1]), int(next_tokens[-1])
+
+    def _pick(self, logits: np.ndarray) -> tuple[int, np.ndarray | None]:
+        if self.params.greedy:
+            return greedy_token(logits), None
+        full = np.full(self.model.n_vocab, -np.inf, np.float32)
+        full[: logits.shape[0]] = logits
+        q = to_probs(full, self.params)
+        return sample(q, float(self.rng.random())), q
+
+    def propose(self, history: list[int], n: int) -> Proposal:
+        if n <= 0 or self._h is None or not history or history[-1] != self._next:
+            return Proposal([], None)
+        drafts: list[int] = []
+        qs: list[np.ndarray] = []
+        h, pos = self._h, self._pos + 1
+        self.cache.trim(max(self.cache.n - pos, 0))  # a previous propose may have chained past this point
+        for i in range(n):
+            tok, q = self._pick(self.model.mtp_logits(h, self.n_rank)[0])
+            drafts.append(tok)
+            if q is not None:
+                qs.append(q)
+            if i + 1 < n:
+                h = self.model.mtp_forward(np.array([tok], np.int32), h, np.array([pos], np.int32), self.cache)
+                pos += 1
+        return Proposal(drafts, np.stack(qs) if qs else None)
