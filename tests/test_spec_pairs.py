@@ -191,3 +191,20 @@ def test_stop_token_inside_accepted_drafts(pair: Pair) -> None:
     got, seng, sgen, stats = spec(pair, prompt, 30, 8, stop=stop, script=(future[1:], False))
     assert got == want == future[: i + 1] and sgen.finish_reason == pgen.finish_reason == "stop"
     assert stats.accepted > len(got) - 1  # the stop token arrived inside a round's accepted drafts
+
+
+def test_local_model_in_trunk_equals_plain(tmp_path: Path) -> None:
+    """Through the public API: DrafterSource.IN_TRUNK on a qwen35 file with its head; a head-less file says so."""
+    from cuca import DrafterSource, LocalModel, LocalModelConfig, ProviderError
+
+    path = synth_qwen35.write(tmp_path / "q.gguf")
+    plain_model = LocalModel.load_sync(LocalModelConfig(path, threads=2, context_length=96))
+    spec_model = LocalModel.load_sync(LocalModelConfig(path, drafter=DrafterSource.IN_TRUNK, draft_tokens=4,
+                                                       threads=2, context_length=96))
+    for prompt in ("hello world", "abc abc abc abc"):
+        a, b = plain_model.complete_sync(prompt, max_tokens=16), spec_model.complete_sync(prompt, max_tokens=16)
+        assert a.tokens == b.tokens
+    assert spec_model.draft_stats().rounds > 0
+    bare = synth_qwen35.write(tmp_path / "bare.gguf", mtp=False)
+    with pytest.raises(ProviderError, match="has no prediction head"):
+        LocalModel.load_sync(LocalModelConfig(bare, drafter="in-trunk"))
