@@ -208,3 +208,13 @@ def test_local_model_in_trunk_equals_plain(tmp_path: Path) -> None:
     bare = synth_qwen35.write(tmp_path / "bare.gguf", mtp=False)
     with pytest.raises(ProviderError, match="has no prediction head"):
         LocalModel.load_sync(LocalModelConfig(bare, drafter="in-trunk"))
+
+
+def test_hybrid_target_never_drafts_past_its_rollback_limit(pair: Pair) -> None:
+    """draft_tokens 20: a hybrid target (rollback_limit 16) gets at most 16 drafts per verification call."""
+    limit = getattr(pair[0], "rollback_limit", None)
+    prompt = PROMPTS[3]
+    want, peng, _ = plain(pair[0], prompt, 40)
+    got, seng, _, stats = spec(pair, prompt, 40, 20, script=(want[1:], False))
+    assert got == want and same_cache(peng, seng)
+    assert len(stats.drafted_per_position) == (limit if limit is not None else 20)
