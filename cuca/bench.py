@@ -268,6 +268,11 @@ def _quiet(msg: str) -> None:
     pass
 
 
+def stderr_log(msg: str) -> None:
+    """Progress lines go to stderr; the table or JSON goes to stdout."""
+    print(msg, file=sys.stderr, flush=True)
+
+
 def prompts_for(n_per_category: int) -> dict[str, list[str]]:
     return {c: PROMPTS[c][: max(1, n_per_category)] for c in CATEGORIES}
 
@@ -554,6 +559,7 @@ class BenchOptions:
     controlled: float | None = None  # the table's controlled acceptance probability (None: the real drafter)
     acceptance: Sequence[float] = ()  # curve levels (controlled); empty: no curve
     sweep: Sequence[int] = (1, 2, 3, 4)
+    sweep_categories: Sequence[str] = CATEGORIES  # the first prompt of each feeds the sweep, curve and poor drafter
     curve_reps: int = 1
     poor_drafter: bool = False
     poor_warmup: int = 4
@@ -567,7 +573,7 @@ def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
     t0 = time.perf_counter()
     b = Bench(o.model, o.drafter, o.draft_tokens, o.threads, n_ctx=1024)
     prompts = prompts_for(o.prompts_per_category)
-    sweep_prompts = [prompts[c][0] for c in CATEGORIES]
+    sweep_prompts = [PROMPTS[c][0] for c in o.sweep_categories]
     res: dict[str, Any] = {
         "name": o.name or b.path.name, "model": b.path.name, "arch": b.arch, "drafter": b.drafter_name,
         "draft_tokens": o.draft_tokens, "threads": b.threads, "max_tokens": o.max_tokens, "reps": o.reps,
@@ -821,7 +827,7 @@ def run_bench(a: argparse.Namespace) -> int:
             return 2
         o.controlled = p
         o.acceptance = sorted(set(o.acceptance) | {0.0, round(p, 4), 1.0})
-    log: Log = _quiet if a.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    log: Log = stderr_log
     from .errors import CucaError
 
     try:
