@@ -155,7 +155,9 @@ def summary(results: dict[str, Any]) -> list[str]:
         if "poor_drafter" in res:
             pd = res["poor_drafter"]
             out.append(f"  - poorly-accepted drafter (P = {pd['probability']}), governed vs plain side by side: "
-                       f"{_x(pd['ratio'], 3)} ({'pass' if pd['passed'] else 'FAIL'}, target >= 0.98).")
+                       f"{_x(pd['ratio'], 3)} ({'pass' if pd['passed'] else 'FAIL'}, target >= 0.98) after "
+                       f"{pd['warmup_requests']} warm-up requests of the kept governor; counting those requests too: "
+                       f"{_x(pd.get('ratio_including_warmup'), 3)}.")
     return out
 
 
