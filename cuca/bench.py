@@ -484,7 +484,7 @@ def modelled_speedup(tokens_per_round: float, verify_ms: float, plain_ms: float,
 
 
 def run_llama(b: Bench, prompts: dict[str, list[str]], reps: int, max_tokens: int, ms: Sequence[int],
-              pass_reps: int = 3, log: Log = _quiet) -> dict[str, Any]:
+              pass_reps: int = 5, log: Log = _quiet) -> dict[str, Any]:
     """llama.cpp on the same file: per category plain decode (and prompt-lookup speculation with the same drafter,
     when the bench's drafter is prompt lookup), interleaved with cuca plain runs; the cost of M-row passes."""
     if not llama_available():
@@ -721,7 +721,8 @@ def plot(results: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> Non
             ax.axhline(lp["speedup"], color="C1", ls="--", label="llama.cpp at the published level (computed)")
         page = PRODUCT_PAGE.get(res["arch"])
         if page and res.get("controlled_probability") is not None:
-            ax.scatter(xs, [page[c] for c in cats], marker="_", s=400, color="k", label="product page (32 cores)")
+            ax.scatter(xs - 0.2, [page[c] for c in cats], marker="_", s=400, color="k",
+                       label="product page (32 cores)")
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xticks(xs, cats)
         ax.set_ylabel("speedup over plain")
