@@ -141,8 +141,13 @@ def summary(results: dict[str, Any]) -> list[str]:
                     f"{curve[0]['tokens_per_round'] if curve else '-'} tokens/round): cuca drafting every round "
                     f"**{_x(raw)}**, governed per category {', '.join(f'{c} {_x(v)}' for c, v in gov.items())}; "
                     f"llama.cpp from its verify and draft costs **{_x(lp.get('speedup'))}**")
-            if raw is not None and lp.get("speedup") is not None:
-                line += f" -> cuca {'beats' if raw > lp['speedup'] else 'does NOT beat'} llama.cpp"
+            la = res.get("llama_published_anchor", {})
+            if la:
+                line += f"; from perf-anchor.md's native-build costs **{_x(la.get('speedup'))}**"
+            ref = la.get("speedup") if (res.get("llama") or {}).get("pass_suspect") else lp.get("speedup")
+            ref = ref if ref is not None else la.get("speedup")
+            if raw is not None and ref is not None:
+                line += f" -> cuca {'beats' if raw > ref else 'does NOT beat'} llama.cpp ({_x(raw)} vs {_x(ref)})"
             if best_cat:
                 line += (f"; product page (32 cores) {best_cat} {page[best_cat]:.2f}x, gap "
                          f"{_x(raw)} vs {page[best_cat]:.2f}x")
