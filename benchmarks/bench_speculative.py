@@ -13,48 +13,22 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from cuca.engine import Engine, Generation, Speculation
-from cuca.gguf import open_gguf
-from cuca.models import load_model
-from cuca.models.layers import Ops
-from cuca.sampling import SamplingParams
-from cuca.sources import ModelSource
-from cuca.speculative import Governor, RequestDraftStats
-from cuca.speculative.drafters.prompt_lookup import PromptLookupDrafter
-from cuca.tokenizer import Tokenizer
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's cuca, not an installed one
 
-PROMPTS = {
-    "code": [
-        "Rename the variable `total` to `acc` in this function:\n\ndef sum_list(xs):\n    total = 0\n"
-        "    for x in xs:\n        total += x\n    return total\n\nAnswer:\n\ndef sum_list(xs):\n",
-        "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n"
-        "        self.items.append(item)\n\n    def pop(self):\n        return self.items.pop()\n\n"
-        "class Queue:\n    def __init__(self):\n",
-    ],
-    "list": [
-        "Months of the year:\n1. January\n2. February\n3. March\n4.",
-        "Shopping list: apples, bananas, bread, milk, eggs. Repeat the shopping list as bullet points:\n-",
-    ],
-    "prose": [
-        "Once upon a time, in a small village by the sea, there lived",
-        "The history of the printing press begins",
-    ],
-}
-
-
-class AlwaysDraft:
-    event_count = 0
-
-    def decide(self, force: bool) -> bool:
-        return True
-
-    def record(self, drafted: bool, n_tokens: int, seconds: float) -> None:
-        pass
-
-    def events_since(self, mark: int) -> list[tuple[str, int]]:
-        return []
+from cuca.bench import PROMPTS, AlwaysDraft  # noqa: E402  (the prompts `cuca bench` uses)
+from cuca.engine import Engine, Generation, Speculation  # noqa: E402
+from cuca.gguf import open_gguf  # noqa: E402
+from cuca.models import load_model  # noqa: E402
+from cuca.models.layers import Ops  # noqa: E402
+from cuca.sampling import SamplingParams  # noqa: E402
+from cuca.sources import ModelSource  # noqa: E402
+from cuca.speculative import Governor, RequestDraftStats  # noqa: E402
+from cuca.speculative.drafters.prompt_lookup import PromptLookupDrafter  # noqa: E402
+from cuca.tokenizer import Tokenizer  # noqa: E402
 
 
 def run(eng: Engine, prompt: list[int], n: int, spec: Speculation | None) -> tuple[list[int], float]:

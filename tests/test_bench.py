@@ -1,0 +1,152 @@
+"""The benchmark machinery (cuca.bench) on a tiny synthetic Gemma 4 pair: the JSON's structure, controlled acceptance
+yielding the chosen acceptance, llama.cpp's speculative loop staying exact. No timing assertions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from synth_gemma4 import write_gemma4, write_gemma4_assistant
+
+from cuca import bench as B
+from cuca.speculative.proposal import Proposal
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("bench")
+    return write_gemma4(d / "g4.gguf"), write_gemma4_assistant(d / "a.gguf")
+
+
+@pytest.fixture(scope="module")
+def bench(pair: tuple[Path, Path]) -> B.Bench:
+    return B.Bench(pair[0], str(pair[1]), draft_tokens=3, threads=1, n_ctx=256)
+
+
+def test_probability_for_published_levels() -> None:
+    p = B.probability_for(3, acceptance_rate=0.48)
+    assert B.expected_rate(p, 3) == pytest.approx(0.48, abs=1e-9)
+    q = B.probability_for(3, tokens_per_round=2.7)
+    assert 1 + 3 * B.expected_rate(q, 3) == pytest.approx(2.7, abs=1e-9)
+    assert B.published_probability("gemma4") == pytest.approx(p)
+    assert B.published_probability("llama") is None
+    assert B.probability_for(1, acceptance_rate=0.3) == pytest.approx(0.3, abs=1e-9)
+
+
+class _Fixed:
+    uses_hidden = False
+
+    def begin(self, prompt, params, rng):  # type: ignore[no-untyped-def]
+        pass
+
+    def observe(self, hidden, positions, next_tokens):  # type: ignore[no-untyped-def]
+        pass
+
+    def propose(self, history: list[int], n: int) -> Proposal:
+        self.calls = getattr(self, "calls", 0) + 1
+        return Proposal([7] * n, None)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3, 0.675, 1.0])
+def test_controlled_drafter_statistics(p: float) -> None:
+    """Each draft equals the reference with probability p (and is otherwise wrong); the inner drafter always runs."""
+    inner = _Fixed()
+    d = B.ControlledDrafter(inner, p)
+    ref = [int(x) for x in np.random.default_rng(1).integers(0, 50, 4000)]
+    d.expect(5, ref, seed=3)
+    hits = total = 0
+    for k in range(1, 3990, 3):
+        drafts = d.propose([0] * (5 + k), 3).tokens
+        assert len(drafts) == 3
+        hits += sum(int(t == r) for t, r in zip(drafts, ref[k : k + 3], strict=True))
+        total += 3
+    assert inner.calls == len(range(1, 3990, 3))
+    assert hits / total == pytest.approx(p, abs=0.03)
+    assert len(d.propose([0] * (5 + 3999), 3).tokens) == 1  # drafts stop at the reference's end
+
+
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0])
+def test_controlled_acceptance_in_real_rounds(bench: B.Bench, p: float) -> None:
+    """With draft_tokens 1 the acceptance rate is the chosen probability; output stays equal to plain decoding."""
+    rates, runs = [], []
+    for i, text in enumerate(B.PROMPTS["prose"]):
+        ids = bench.encode(text)
+        plain = bench.plain(ids, 64)
+        r = bench.spec(ids, 64, B.AlwaysDraft(), draft_tokens=1, controlled=p, reference=plain.tokens, seed=i)
+        assert r.tokens == plain.tokens
+        assert r.stats is not None
+        rates.append(r.stats.acceptance_rate())
+        runs.append(r)
+    s = B._draft_summary(runs)
+    if p in (0.0, 1.0):
+        assert s["acceptance_rate"] == p
+        assert s["tokens_per_round"] == 1 + p
+    else:
+        assert s["acceptance_rate"] == pytest.approx(p, abs=0.15)  # ~100 rounds
+
+
+def test_curve_sweep_and_poor_drafter_structure(bench: B.Bench) -> None:
+    prompts = [B.PROMPTS[c][0] for c in B.CATEGORIES]
+    curve = B.run_curve(bench, prompts[:1], [0.0, 1.0], 24)
+    assert [pt["acceptance_rate"] for pt in curve["points"]] == [0.0, 1.0]
+    sweep = B.run_sweep(bench, prompts[:1], [1, 2], 16)
+    assert [pt["draft_tokens"] for pt in sweep["points"]] == [1, 2]
+    poor = B.run_poor_drafter(bench, prompts[:1], 48, warmup=1, reps=1)
+    assert poor["accepted"] == 0
+    assert {"plain_tps", "governed_tps", "ratio", "passed", "governor_events_timed"} <= set(poor)
+    assert all(kind in ("spec_on", "spec_off", "probe", "refresh") for kind, _ in poor["governor_events_all"])
+
+
+def test_cli_json_structure(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    rc = B.main([str(pair[0]), "--drafter", str(pair[1]), "--quick", "--no-llama", "--threads", "1", "--json",
+                 "--published", "--sweep", "2", "--max-tokens", "16"])
+    assert rc == 0
+    res = json.loads(capsys.readouterr().out)
+    assert set(res["categories"]) == {"code", "list", "prose"}
+    for c in res["categories"].values():
+        assert {"plain_tps", "spec_tps", "speedup", "acceptance_rate", "tokens_per_round"} <= set(c)
+        assert c["plain_tps"] > 0 and c["spec_tps"] > 0
+    assert res["exact"] is True
+    assert res["controlled_probability"] == pytest.approx(B.published_probability("gemma4"))
+    assert [p["probability"] for p in res["curve"]["points"]][::2] == [0.0, 1.0]
+    assert res["sweep"]["points"][0]["draft_tokens"] == 2
+    assert "categories" in res and "code" in B.format_report(res)
+
+
+def test_add_bench_parser() -> None:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd")
+    B.add_bench_parser(sub)
+    a = ap.parse_args(["bench", "m.gguf", "--drafter", "in-trunk", "--acceptance", "0", "0.5", "--json"])
+    assert a.cmd == "bench" and a.model == "m.gguf" and a.acceptance == [0.0, 0.5] and a.json
+    o = B.options_from_args(a)
+    assert o.drafter == "in-trunk" and o.max_tokens == 128 and o.governed
+
+
+def test_plot_writes_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    res = {"name": "x", "arch": "gemma4", "controlled_probability": 0.6,
+           "categories": {c: {"speedup": 1.1, "llama_speedup": 0.9} for c in B.CATEGORIES},
+           "sweep": {"plain_tps": 10.0, "points": [{"draft_tokens": n, "spec_tps": 9.0 + n} for n in (1, 2)]},
+           "curve": {"draft_tokens": 3, "points": [{"acceptance_rate": a, "speedup": 0.5 + a, "llama_speedup": a}
+                                                   for a in (0.0, 0.5, 1.0)]}}
+    B.plot([res], tmp_path / "x.png")
+    assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_llama_prompt_lookup_loop_is_exact(pair: tuple[Path, Path]) -> None:
+    """llama.cpp driven by the same prompt-lookup drafter yields its own plain greedy tokens."""
+    pytest.importorskip("llama_cpp")
+    lr = B.LlamaRunner(pair[0], 1, n_ctx=256)
+    try:
+        ids = [2] + [int(t) for t in np.random.default_rng(0).integers(300, 380, 12)] * 2
+        _, want, _ = lr.generate(ids, 24)
+        _, got, st = lr.generate(ids, 24, draft_tokens=3)
+        assert got == want and st.rounds > 0
+        costs = lr.pass_ms(ids, [1, 2], 1)
+        assert set(costs) == {1, 2}
+    finally:
+        lr.close()
