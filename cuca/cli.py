@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from .bench import add_bench_parser, run_bench
 from .engine import Generation
 from .errors import ContextLengthError, CucaError
 from .gguf import open_gguf
@@ -78,7 +79,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     src.add_argument("--chat", help="a user message, rendered with the model's chat template")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     _add_sampling(g)
-    return ap, {"run": r, "chat": c, "info": i, "pull": p, "presets": ps, "generate": g}
+    b = add_bench_parser(sub)
+    return ap, {"run": r, "chat": c, "info": i, "pull": p, "presets": ps, "generate": g, "bench": b}
 
 
 # ---- shared pieces ---------------------------------------------------------------------------------------------------
@@ -311,7 +313,8 @@ def _presets(a: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _run, "chat": _chat, "info": _info, "pull": _pull, "presets": _presets, "generate": _generate}
+COMMANDS = {"run": _run, "chat": _chat, "info": _info, "pull": _pull, "presets": _presets, "generate": _generate,
+            "bench": run_bench}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
