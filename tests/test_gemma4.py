@@ -76,11 +76,11 @@ def test_target_matches_transformers(target) -> None:  # type: ignore[no-untyped
 
 
 def test_target_matches_llamacpp(target) -> None:  # type: ignore[no-untyped-def]
-    """llama.cpp rounds GELU inputs to f16 (a lookup table), so it sits further away: within 2 % of the row's
-    largest logit, and the same greedy continuation."""
+    """llama.cpp rounds GELU inputs to f16 (a lookup table), so it sits further away: within 3e-3 of the row's
+    largest logit (measured 1.03e-3, the same as transformers' distance to it), and the same greedy continuation."""
     logits = plain_then_decode(target, TOKENS, N_PROMPT)
-    assert rel_err(logits, LC["logits"]) < 2e-2
-    assert rel_err(HF["logits"], LC["logits"]) < 2e-2
+    assert rel_err(logits, LC["logits"]) < 3e-3
+    assert rel_err(HF["logits"], LC["logits"]) < 3e-3
     assert [int(t) for t in LC["logits"][N_PROMPT - 1 : -1].argmax(1)] == TOKENS[N_PROMPT:]
 
 

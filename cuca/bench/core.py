@@ -1,0 +1,391 @@
+"""`cuca bench`: is speculative decoding faster, and than what?
+
+For a target (+ drafter), greedy 128-token replies to prompts in three categories (code, list, prose), plain and
+speculative runs interleaved in one process, several repetitions. Reported: tokens/s medians with their spread,
+the speedup per category, acceptance rate and mean tokens per round, the governor's decisions, and llama.cpp's
+figures on the same file (through llama-cpp-python) where it can run them.
+
+Controlled acceptance (for files whose weights are synthetic, where a real drafter is never right): the drafter's
+real computation runs, then each proposed token is replaced by the target's own next token with probability P
+(taken from a plain greedy run of the same prompt), else by a token that is certainly wrong. At draft_tokens n the
+expected acceptance rate is then (P + P^2 + ... + P^n) / n, because a round stops at its first wrong draft.
+
+Sections (each optional): categories (the table), a sweep of tokens/s over draft_tokens, a speedup-vs-acceptance
+curve (controlled), a poorly-accepted drafter run with the governor against plain decoding (issue 6 item 3), and
+llama.cpp: plain decode, the cost of an M-row verify pass, prompt-lookup speculation with the same drafter, and its
+speedup at a given acceptance computed from its verify and draft costs.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..engine import Generation, Speculation
+from ..sampling import SamplingParams
+from ..speculative.drafters import Drafter
+from ..speculative.governor import Governor
+from ..speculative.proposal import Proposal
+from ..speculative.stats import RequestDraftStats
+
+CATEGORIES = ("code", "list", "prose")
+
+# Prompts per category (raw text, continued greedily). Code: edits and repetitive structure that a drafter can
+# copy; list: enumerations; prose: open-ended text, where drafting pays least.
+PROMPTS: dict[str, list[str]] = {
+    "code": [
+        "Rename the variable `total` to `acc` in this function:\n\ndef sum_list(xs):\n    total = 0\n"
+        "    for x in xs:\n        total += x\n    return total\n\nAnswer:\n\ndef sum_list(xs):\n",
+        "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n"
+        "        self.items.append(item)\n\n    def pop(self):\n        return self.items.pop()\n\n"
+        "class Queue:\n    def __init__(self):\n",
+        "Add type hints to this function.\n\ndef scale(points, factor):\n    out = []\n    for x, y in points:\n"
+        "        out.append((x * factor, y * factor))\n    return out\n\nWith type hints:\n\n",
+    ],
+    "list": [
+        "Months of the year:\n1. January\n2. February\n3. March\n4.",
+        "Shopping list: apples, bananas, bread, milk, eggs. Repeat the shopping list as bullet points:\n-",
+        "The planets of the solar system, in order from the Sun:\n1. Mercury\n2. Venus\n3.",
+    ],
+    "prose": [
+        "Once upon a time, in a small village by the sea, there lived",
+        "The history of the printing press begins",
+        "Write a short paragraph about why people enjoy walking in the mountains.\n\n",
+    ],
+}
+
+# Published acceptance levels at draft_tokens 3 (issue 8), per target architecture.
+PUBLISHED: dict[str, dict[str, float]] = {
+    "gemma4": {"acceptance_rate": 0.48},  # Gemma 4 E2B assistant: about 48 % of drafts accepted
+    "qwen35": {"tokens_per_round": 2.7},  # Qwen 3.5 0.8B MTP head: about 2.7 tokens per round
+}
+PUBLISHED_DRAFT_TOKENS = 3
+# The product page's speedups (measured on 32 cores), per architecture and category.
+PRODUCT_PAGE: dict[str, dict[str, float]] = {
+    "gemma4": {"code": 1.17, "list": 1.37, "prose": 1.00},
+    "qwen35": {"code": 1.62, "list": 1.18, "prose": 0.98},
+}
+# llama.cpp's MTP draft cost on this machine (shared/specs/perf-anchor.md section 7, t=2, n_draft 3): ms per draft
+# step and ms per plain step, measured together; llama-cpp-python cannot run these drafters, so the draft cost used
+# for llama.cpp is this ratio times the plain step measured now.
+PASS_TOKEN = 1000  # the token fed M times in a timed M-row pass
+
+ANCHOR_DRAFT_MS: dict[str, tuple[float, float]] = {"gemma4": (9.1, 55.7), "qwen35": (14.3, 46.7)}
+# The same section's full iteration at n_draft 3, measured with llama.cpp's own native build (llama-speculative-simple
+# and llama-completion): (verify ms of the 4-row batch, draft ms per step, plain step ms). A second estimate of
+# llama.cpp's speedup that does not depend on the llama-cpp-python wheel's multi-row path.
+ANCHOR_ITERATION_MS: dict[str, tuple[float, float, float]] = {"gemma4": (137.1, 9.1, 55.7),
+                                                               "qwen35": (102.3, 14.3, 46.7)}
+SUSPECT_PASS_COST = 4.0  # a 2-row pass costing more than this many 1-row passes is not a sane measurement
+
+
+# ---- numbers ------------------------------------------------------------------------------------------------------
+def median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+def spread(xs: Sequence[float]) -> list[float]:
+    return [round(min(xs), 2), round(max(xs), 2)] if xs else []
+
+
+def expected_rate(p: float, n: int) -> float:
+    """Expected acceptance rate (accepted / drafted) when each draft is right with probability p, n per round."""
+    return sum(p**i for i in range(1, n + 1)) / n
+
+
+def probability_for(n: int = PUBLISHED_DRAFT_TOKENS, acceptance_rate: float | None = None,
+                    tokens_per_round: float | None = None) -> float:
+    """The per-draft probability P that yields an acceptance rate (or mean tokens per round) at n drafts."""
+    if (acceptance_rate is None) == (tokens_per_round is None):
+        raise ValueError("give exactly one of acceptance_rate, tokens_per_round")
+    target = acceptance_rate if acceptance_rate is not None else (float(tokens_per_round or 1.0) - 1.0) / n
+    if not 0.0 <= target <= 1.0:
+        raise ValueError(f"acceptance rate {target} is not in [0, 1]")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_rate(mid, n) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def published_probability(arch: str, n: int = PUBLISHED_DRAFT_TOKENS) -> float | None:
+    level = PUBLISHED.get(arch)
+    return None if level is None else probability_for(n, **level)
+
+
+# ---- drafting stand-ins ---------------------------------------------------------------------------------------------
+class ControlledDrafter:
+    """Wraps a drafter: its real computation runs, then each proposed token is replaced by the target's own next
+    token with probability `probability`, else by the drafter's token when that is wrong, else by a wrong one. Call
+    `expect(prompt_len, reference, seed)` before each request with the target's greedy continuation."""
+
+    def __init__(self, inner: Drafter, probability: float, seed: int = 0):
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"probability must be in [0, 1], got {probability}")
+        self.inner, self.probability = inner, probability
+        self.uses_hidden = inner.uses_hidden
+        self.rng = np.random.default_rng(seed)
+        self.prompt_len = 0
+        self.reference: list[int] = []
+
+    def expect(self, prompt_len: int, reference: Sequence[int], seed: int = 0) -> None:
+        self.prompt_len, self.reference = prompt_len, list(reference)
+        self.rng = np.random.default_rng(seed)
+
+    def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None:
+        self.inner.begin(prompt, params, rng)
+
+    def observe(self, hidden: np.ndarray, positions: np.ndarray, next_tokens: list[int]) -> None:
+        self.inner.observe(hidden, positions, next_tokens)
+
+    def propose(self, history: list[int], n: int) -> Proposal:
+        inner = list(self.inner.propose(history, n).tokens)  # the real cost is paid
+        k = len(history) - self.prompt_len  # the reference index of the token that follows history
+        out: list[int] = []
+        for i in range(n):
+            if k + i >= len(self.reference):
+                break
+            true = self.reference[k + i]
+            if self.rng.random() < self.probability:
+                out.append(true)
+            else:
+                tok = inner[i] if i < len(inner) else true
+                out.append(tok if tok != true else (true - 1 if true > 0 else true + 1))
+        return Proposal(out, None)
+
+
+class AlwaysDraft:
+    """A governor stand-in that drafts every round (the raw cost of speculation, no switching off)."""
+
+    event_count = 0
+    events: list[tuple[str, int]] = []
+
+    def decide(self, force: bool = False) -> bool:
+        return True
+
+    def record(self, drafted: bool, n_tokens: int, seconds: float) -> None:
+        pass
+
+    def events_since(self, mark: int) -> list[tuple[str, int]]:
+        return []
+
+
+# ---- one loaded pair --------------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    tps: float
+    tokens: list[int]
+    stats: RequestDraftStats | None = None
+
+
+class Bench:
+    """A target (+ drafter) loaded once through LocalModel; plain and speculative greedy runs on its engine."""
+
+    def __init__(self, model: Any, drafter: Any = None, draft_tokens: int = 3, threads: int = 0, n_ctx: int = 1024):
+        from ..local import LocalModel, LocalModelConfig
+
+        self.lm = LocalModel(LocalModelConfig(model, drafter=drafter, draft_tokens=draft_tokens, context_length=n_ctx,
+                                              threads=threads))
+        self.path = Path(self.lm.path)
+        self.arch = str(getattr(self.lm.model, "arch", self.lm.file.architecture))
+        self.draft_tokens = draft_tokens
+        self.threads = threads or (os.cpu_count() or 1)
+        ds = self.lm.drafter_source
+        self.drafter_kind = ds.kind if ds is not None else None
+        self.drafter_name = None if ds is None else (
+            str(ds.source.value) if ds.source is not None else ds.kind.replace("_", "-"))
+
+    def encode(self, text: str) -> list[int]:
+        return self.lm.tokenizer.encode(text)
+
+    def _run(self, ids: list[int], max_tokens: int, spec: Speculation | None) -> Run:
+        gen = Generation()
+        for _ in self.lm.engine.stream(ids, max_tokens, SamplingParams(), frozenset(), gen, spec):
+            pass
+        return Run(gen.timings.tokens_per_second, list(gen.tokens), spec.stats if spec is not None else None)
+
+    def plain(self, ids: list[int], max_tokens: int) -> Run:
+        return self._run(ids, max_tokens, None)
+
+    def spec(self, ids: list[int], max_tokens: int, governor: Any, draft_tokens: int | None = None,
+             controlled: float | None = None, reference: Sequence[int] = (), seed: int = 0) -> Run:
+        if self.lm.drafter is None:
+            raise ValueError("no drafter loaded")
+        drafter: Any = self.lm.drafter
+        if controlled is not None:
+            drafter = ControlledDrafter(drafter, controlled)
+            drafter.expect(len(ids), reference, seed)
+        spec = Speculation(drafter, draft_tokens or self.draft_tokens, governor, RequestDraftStats(),
+                           getattr(self.lm.model, "rollback_limit", None))
+        return self._run(ids, max_tokens, spec)
+
+    def close(self) -> None:
+        del self.lm
+        gc.collect()
+
+
+def _sum_stats(runs: Sequence[Run]) -> RequestDraftStats:
+    total = RequestDraftStats()
+    for r in runs:
+        if r.stats is not None:
+            total.rounds += r.stats.rounds
+            total.drafted += r.stats.drafted
+            total.accepted += r.stats.accepted
+            for mine, theirs in ((total.drafted_per_position, r.stats.drafted_per_position),
+                                 (total.accepted_per_position, r.stats.accepted_per_position)):
+                mine.extend([0] * (len(theirs) - len(mine)))
+                for i, c in enumerate(theirs):
+                    mine[i] += c
+    return total
+
+
+def _rnd(x: float | None, k: int = 3) -> float | None:
+    return None if x is None or x != x else round(x, k)
+
+
+def _draft_summary(runs: Sequence[Run]) -> dict[str, Any]:
+    s = _sum_stats(runs)
+    return {
+        "acceptance_rate": _rnd(s.acceptance_rate()),
+        "tokens_per_round": _rnd(s.tokens_per_round()),
+        "rounds": s.rounds, "drafted": s.drafted, "accepted": s.accepted,
+        "acceptance_per_position": [_rnd(a / d if d else None) for a, d in
+                                    zip(s.accepted_per_position, s.drafted_per_position, strict=True)],
+    }
+
+
+# ---- sections -----------------------------------------------------------------------------------------------------
+Log = Callable[[str], None]
+
+
+def _quiet(msg: str) -> None:
+    pass
+
+
+def stderr_log(msg: str) -> None:
+    """Progress lines go to stderr; the table or JSON goes to stdout."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def prompts_for(n_per_category: int) -> dict[str, list[str]]:
+    return {c: PROMPTS[c][: max(1, n_per_category)] for c in CATEGORIES}
+
+
+def run_categories(b: Bench, prompts: dict[str, list[str]], reps: int, max_tokens: int, governed: bool = True,
+                   controlled: float | None = None, log: Log = _quiet) -> dict[str, Any]:
+    """The table: per category, plain and speculative runs interleaved prompt by prompt, `reps` times. One governor
+    serves every speculative request (as a LocalModel keeps it across requests)."""
+    governor: Any = Governor() if governed else AlwaysDraft()
+    plain: dict[str, list[float]] = {c: [] for c in prompts}
+    spec: dict[str, list[Run]] = {c: [] for c in prompts}
+    exact = True
+    for rep in range(reps):
+        for cat, texts in prompts.items():
+            for i, text in enumerate(texts):
+                ids = b.encode(text)
+                p = b.plain(ids, max_tokens)
+                s = b.spec(ids, max_tokens, governor, controlled=controlled, reference=p.tokens, seed=1000 * rep + i)
+                exact = exact and p.tokens == s.tokens
+                plain[cat].append(p.tps)
+                spec[cat].append(s)
+                log(f"  rep {rep + 1} {cat:5s} #{i}: plain {p.tps:6.2f} tok/s, spec {s.tps:6.2f} tok/s")
+    out: dict[str, Any] = {}
+    for cat in prompts:
+        ps, ss = plain[cat], [r.tps for r in spec[cat]]
+        out[cat] = {
+            "plain_tps": _rnd(median(ps), 2), "spec_tps": _rnd(median(ss), 2),
+            "speedup": _rnd(median(ss) / median(ps)),
+            "plain_tps_range": spread(ps), "spec_tps_range": spread(ss), "n_runs": len(ps),
+            **_draft_summary(spec[cat]),
+        }
+    events = governor.events if isinstance(governor, Governor) else []
+    return {"categories": out, "exact": exact, "governed": governed, "controlled_probability": controlled,
+            "governor_events": [[k, i] for k, i in events]}
+
+
+def run_sweep(b: Bench, prompts: list[str], values: Sequence[int], max_tokens: int, controlled: float | None = None,
+              log: Log = _quiet) -> dict[str, Any]:
+    """Tokens/s versus draft_tokens (drafting every round), with plain decoding on the same prompts alongside."""
+    ids = [b.encode(t) for t in prompts]
+    plain, refs = [], []
+    for x in ids:
+        r = b.plain(x, max_tokens)
+        plain.append(r.tps)
+        refs.append(r.tokens)
+    points = []
+    for n in values:
+        runs = [b.spec(x, max_tokens, AlwaysDraft(), draft_tokens=n, controlled=controlled, reference=ref, seed=j)
+                for j, (x, ref) in enumerate(zip(ids, refs, strict=True))]
+        tps = [r.tps for r in runs]
+        points.append({"draft_tokens": n, "spec_tps": _rnd(median(tps), 2), "spec_tps_range": spread(tps),
+                       "speedup": _rnd(median(tps) / median(plain)), **_draft_summary(runs)})
+        log(f"  draft_tokens {n}: {median(tps):6.2f} tok/s (plain {median(plain):6.2f})")
+    return {"plain_tps": _rnd(median(plain), 2), "controlled_probability": controlled, "points": points}
+
+
+def run_curve(b: Bench, prompts: list[str], levels: Sequence[float], max_tokens: int, reps: int = 1,
+              draft_tokens: int | None = None, log: Log = _quiet) -> dict[str, Any]:
+    """Speedup versus acceptance (controlled, drafting every round): per level, plain and speculative runs
+    interleaved on the same prompts."""
+    ids = [b.encode(t) for t in prompts]
+    points = []
+    for p in levels:
+        plain, runs = [], []
+        for rep in range(reps):
+            for j, x in enumerate(ids):
+                r = b.plain(x, max_tokens)
+                plain.append(r.tps)
+                runs.append(b.spec(x, max_tokens, AlwaysDraft(), draft_tokens=draft_tokens, controlled=p,
+                                   reference=r.tokens, seed=100 * rep + j))
+        tps = [r.tps for r in runs]
+        points.append({"probability": round(p, 4), "plain_tps": _rnd(median(plain), 2),
+                       "spec_tps": _rnd(median(tps), 2), "speedup": _rnd(median(tps) / median(plain)),
+                       **_draft_summary(runs)})
+        log(f"  P={p:.3f}: acceptance {points[-1]['acceptance_rate']}, tokens/round {points[-1]['tokens_per_round']}"
+            f", speedup {points[-1]['speedup']}")
+    return {"draft_tokens": draft_tokens or b.draft_tokens, "points": points}
+
+
+def run_poor_drafter(b: Bench, prompts: list[str], max_tokens: int, warmup: int = 4, reps: int = 3,
+                     probability: float = 0.0, log: Log = _quiet) -> dict[str, Any]:
+    """Issue 6 item 3: a drafter whose acceptance is poor (controlled, P near 0), governed, against plain decoding,
+    side by side. The governor is kept across requests (as in a LocalModel): `warmup` governed requests first (it
+    measures, switches drafting off and lengthens its probe interval), then `reps` plain / governed pairs timed."""
+    ids = [b.encode(t) for t in prompts]
+    governor = Governor()
+    refs = [b.plain(x, max_tokens).tokens for x in ids]
+    cold = []
+    for w in range(warmup):
+        j = w % len(ids)
+        cold.append(b.spec(ids[j], max_tokens, governor, controlled=probability, reference=refs[j], seed=w).tps)
+    mark = governor.event_count
+    plain, gov, runs = [], [], []
+    for rep in range(reps):
+        for j, x in enumerate(ids):
+            plain.append(b.plain(x, max_tokens).tps)
+            r = b.spec(x, max_tokens, governor, controlled=probability, reference=refs[j], seed=10_000 + rep)
+            gov.append(r.tps)
+            runs.append(r)
+            log(f"  rep {rep + 1} #{j}: plain {plain[-1]:6.2f} tok/s, governed {gov[-1]:6.2f} tok/s")
+    ratio = median(gov) / median(plain)
+    every = cold + gov  # the cold requests too: the governor's measuring and first probes included
+    return {
+        "ratio_including_warmup": _rnd(float(np.mean(every)) / median(plain)),
+        "probability": probability, "warmup_requests": warmup, "warmup_governed_tps": [round(x, 2) for x in cold],
+        "plain_tps": _rnd(median(plain), 2), "governed_tps": _rnd(median(gov), 2),
+        "plain_tps_range": spread(plain), "governed_tps_range": spread(gov),
+        "ratio": _rnd(ratio), "target": 0.98, "passed": bool(ratio >= 0.98),
+        "governor_events_timed": [[k, i] for k, i in governor.events_since(mark)],
+        "governor_events_all": [[k, i] for k, i in governor.events], **_draft_summary(runs),
+    }
+
+
+# ---- llama.cpp --------------------------------------------------------------------------------------------------

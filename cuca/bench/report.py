@@ -1,0 +1,374 @@
+"""The report of `cuca bench`: options, the run of every section, the table, JSON and PNG outputs, and the
+command line."""
+
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .core import (
+    CATEGORIES,
+    PRODUCT_PAGE,
+    PROMPTS,
+    PUBLISHED,
+    Bench,
+    Log,
+    _quiet,
+    _rnd,
+    median,
+    prompts_for,
+    published_probability,
+    run_categories,
+    run_curve,
+    run_poor_drafter,
+    run_sweep,
+    spread,
+    stderr_log,
+)
+from .llama import anchor_at_acceptance, llama_at_acceptance, run_llama
+
+
+@dataclass
+class BenchOptions:
+    model: Any
+    drafter: Any = None
+    draft_tokens: int = 3
+    threads: int = 0
+    reps: int = 3
+    max_tokens: int = 128
+    prompts_per_category: int = 3
+    governed: bool = True
+    controlled: float | None = None  # the table's controlled acceptance probability (None: the real drafter)
+    acceptance: Sequence[float] = ()  # curve levels (controlled); empty: no curve
+    sweep: Sequence[int] = (1, 2, 3, 4)
+    sweep_categories: Sequence[str] = CATEGORIES  # the first prompt of each feeds the sweep, curve and poor drafter
+    curve_reps: int = 1
+    poor_drafter: bool = False
+    poor_warmup: int = 4
+    poor_reps: int = 2
+    llama: bool = True
+    pass_sizes: Sequence[int] = (1, 2, 3, 4, 5)
+    name: str = ""
+
+
+def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    b = Bench(o.model, o.drafter, o.draft_tokens, o.threads, n_ctx=1024)
+    prompts = prompts_for(o.prompts_per_category)
+    sweep_prompts = [PROMPTS[c][0] for c in o.sweep_categories]
+    res: dict[str, Any] = {
+        "name": o.name or b.path.name, "model": b.path.name, "arch": b.arch, "drafter": b.drafter_name,
+        "draft_tokens": o.draft_tokens, "threads": b.threads, "max_tokens": o.max_tokens, "reps": o.reps,
+        "prompts_per_category": o.prompts_per_category, "cpu_count": os.cpu_count(),
+    }
+    log(f"== {res['name']}: {b.path.name} ({b.arch}), drafter {b.drafter_name}, threads {b.threads}")
+    if b.lm.drafter is not None:
+        log("categories")
+        res.update(run_categories(b, prompts, o.reps, o.max_tokens, o.governed, o.controlled, log))
+        if o.sweep:
+            log("draft_tokens sweep")
+            res["sweep"] = run_sweep(b, sweep_prompts, o.sweep, o.max_tokens, o.controlled, log)
+        if o.acceptance:
+            log("acceptance curve")
+            res["curve"] = run_curve(b, sweep_prompts, o.acceptance, o.max_tokens, o.curve_reps, log=log)
+        if o.poor_drafter:
+            log("poorly-accepted drafter, governed vs plain")
+            res["poor_drafter"] = run_poor_drafter(b, sweep_prompts, o.max_tokens, o.poor_warmup, o.poor_reps, log=log)
+    else:
+        plain = {c: [b.plain(b.encode(t), o.max_tokens).tps for _ in range(o.reps) for t in ts]
+                 for c, ts in prompts.items()}
+        res["categories"] = {c: {"plain_tps": _rnd(median(v), 2), "plain_tps_range": spread(v)}
+                             for c, v in plain.items()}
+    if o.llama:
+        log("llama.cpp")
+        ms = sorted(set(o.pass_sizes) | {1, o.draft_tokens + 1})
+        res["llama"] = run_llama(b, prompts, max(1, o.reps // 2), o.max_tokens, ms, log=log)
+    _attach_llama(res)
+    b.close()
+    res["seconds"] = round(time.perf_counter() - t0, 1)
+    return res
+
+
+def _attach_llama(res: dict[str, Any]) -> None:
+    """Copy llama.cpp's figures next to cuca's per category, and its modelled speedups at the published level and
+    at each curve point."""
+    llama = res.get("llama", {})
+    for cat, c in llama.get("categories", {}).items():
+        mine = res.get("categories", {}).get(cat)
+        if mine is not None:
+            mine["llama_plain_tps"] = c.get("plain_tps")
+            if "spec_tps" in c:
+                mine["llama_spec_tps"] = c["spec_tps"]
+                mine["llama_speedup"] = c["speedup"]
+    arch, n = res["arch"], res["draft_tokens"]
+    level = PUBLISHED.get(arch)
+    if level is not None:
+        tpr = level.get("tokens_per_round", 1 + n * level.get("acceptance_rate", 0.0))
+        at = llama_at_acceptance(arch, llama, tpr, n)
+        if at is not None:
+            res["llama_published"] = at
+        anchor = anchor_at_acceptance(arch, tpr, n)
+        if anchor is not None:
+            res["llama_published_anchor"] = {"tokens_per_round": round(tpr, 3), "speedup": anchor,
+                                              "source": "perf-anchor.md section 7 (native llama.cpp build, t=2, "
+                                                        "n_draft 3): verify, draft and plain step ms"}
+    for p in res.get("curve", {}).get("points", []):
+        if p.get("tokens_per_round") is not None:
+            at = llama_at_acceptance(arch, llama, p["tokens_per_round"], res["curve"]["draft_tokens"])
+            if at is not None:
+                p["llama_speedup"] = at["speedup"]
+            anchor = anchor_at_acceptance(arch, p["tokens_per_round"], res["curve"]["draft_tokens"])
+            if anchor is not None:
+                p["llama_speedup_anchor"] = anchor
+
+
+# ---- output -------------------------------------------------------------------------------------------------------
+def _f(x: Any, fmt: str = "{:.2f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def format_report(res: dict[str, Any]) -> str:
+    lines = [f"== {res['name']}: {res['model']} ({res['arch']})  drafter {res.get('drafter')}  "
+             f"draft_tokens {res['draft_tokens']}  threads {res['threads']}  {res['max_tokens']} tokens x "
+             f"{res['reps']} reps x {res['prompts_per_category']} prompts"]
+    if res.get("controlled_probability") is not None:
+        lines.append(f"controlled acceptance: P = {res['controlled_probability']:.3f} per draft")
+    lines.append(f"{'category':8s} {'plain tok/s':>20s} {'spec tok/s':>20s} {'speedup':>8s} {'accept':>7s} "
+                 f"{'tok/round':>9s} {'llama plain':>11s} {'llama spec':>10s} {'llama x':>8s}")
+    for cat, c in res.get("categories", {}).items():
+        pr, sr = c.get("plain_tps_range") or [0, 0], c.get("spec_tps_range") or [0, 0]
+        pl = f"{_f(c.get('plain_tps'), '{:.1f}')} ({pr[0]:.1f}-{pr[1]:.1f})"
+        sp = f"{_f(c.get('spec_tps'), '{:.1f}')} ({sr[0]:.1f}-{sr[1]:.1f})" if c.get("spec_tps") is not None else "-"
+        lines.append(f"{cat:8s} {pl:>20s} {sp:>20s} {_f(c.get('speedup'), '{:.2f}x'):>8s} "
+                     f"{_f(c.get('acceptance_rate'), '{:.0%}'):>7s} {_f(c.get('tokens_per_round')):>9s} "
+                     f"{_f(c.get('llama_plain_tps')):>11s} {_f(c.get('llama_spec_tps')):>10s} "
+                     f"{_f(c.get('llama_speedup'), '{:.2f}x'):>8s}")
+    if "exact" in res:
+        lines.append(f"greedy output equal to plain decoding: {res['exact']}; governed: {res.get('governed')}; "
+                     f"governor decisions: {res.get('governor_events')}")
+    if "sweep" in res:
+        sw = res["sweep"]
+        pts = "  ".join(f"n={p['draft_tokens']}: {_f(p['spec_tps'])} ({_f(p['speedup'], '{:.2f}x')})"
+                        for p in sw["points"])
+        lines.append(f"tokens/s vs draft_tokens (drafting every round; plain {_f(sw['plain_tps'])}): {pts}")
+    if "curve" in res:
+        lines.append(f"speedup vs acceptance (controlled, draft_tokens {res['curve']['draft_tokens']}, drafting every "
+                     f"round):")
+        lines.append(f"  {'P':>6s} {'accept':>7s} {'tok/round':>9s} {'plain':>7s} {'spec':>7s} {'cuca x':>7s} "
+                     f"{'llama x (here)':>14s} {'llama x (anchor)':>16s}")
+        for p in res["curve"]["points"]:
+            lines.append(f"  {p['probability']:6.3f} {_f(p['acceptance_rate'], '{:.0%}'):>7s} "
+                         f"{_f(p['tokens_per_round']):>9s} {_f(p['plain_tps']):>7s} {_f(p['spec_tps']):>7s} "
+                         f"{_f(p['speedup'], '{:.2f}x'):>7s} {_f(p.get('llama_speedup'), '{:.2f}x'):>14s} "
+                         f"{_f(p.get('llama_speedup_anchor'), '{:.2f}x'):>16s}")
+    if "llama_published" in res:
+        lp = res["llama_published"]
+        lines.append(f"llama.cpp at the published level ({lp['tokens_per_round']} tokens/round): {lp['speedup']:.2f}x "
+                     f"(verify {lp['verify_ms']:.1f} ms, plain step {lp['plain_ms']:.1f} ms, draft {lp['draft_ms']:.1f}"
+                     f" ms per step from {lp['draft_cost_source']})")
+    if "llama_published_anchor" in res:
+        la = res["llama_published_anchor"]
+        lines.append(f"llama.cpp at the published level from {la['source']}: {la['speedup']:.2f}x")
+    if (res.get("llama") or {}).get("pass_suspect"):
+        lines.append(f"WARNING: {res['llama']['pass_suspect']}")
+    if "poor_drafter" in res:
+        pd = res["poor_drafter"]
+        lines.append(f"poorly-accepted drafter (P={pd['probability']}), governed vs plain side by side: "
+                     f"{_f(pd['governed_tps'])} vs {_f(pd['plain_tps'])} tok/s = {_f(pd['ratio'], '{:.3f}x')} "
+                     f"(target >= 0.98: {'pass' if pd['passed'] else 'FAIL'}); after {pd['warmup_requests']} warm-up "
+                     f"requests at {pd['warmup_governed_tps']} tok/s (all governed requests: "
+                     f"{_f(pd.get('ratio_including_warmup'), '{:.3f}x')}); decisions while timed: "
+                     f"{pd['governor_events_timed']}")
+    llama = res.get("llama")
+    if llama and "skipped" in llama:
+        lines.append(f"llama.cpp: skipped ({llama['skipped']})")
+    elif llama and "pass_cost" in llama:
+        pc = llama["pass_cost"]
+        ms = list(pc["cuca"])
+        lines.append("M-row pass (logits for every row) cost vs M=1:  " + "  ".join(f"M={m}" for m in ms))
+        for who in ("cuca", "llama.cpp"):
+            lines.append(f"  {who:10s} " + "  ".join(f"{pc[who][m]:4.2f}" for m in ms)
+                         + f"   (M=1: {llama['pass_ms'][who]['1']:.1f} ms)")
+    lines.append(f"({res.get('seconds', 0):.0f} s)")
+    return "\n".join(lines)
+
+
+def plot(results: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> None:
+    """One PNG: per pair a row of speedup per category, tokens/s vs draft_tokens, speedup vs acceptance."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 3, figsize=(15, 4 * len(results)), squeeze=False)
+    for row, res in zip(axes, results, strict=True):
+        ax = row[0]
+        cats = [c for c in CATEGORIES if c in res.get("categories", {})]
+        xs = np.arange(len(cats))
+        sp = [res["categories"][c].get("speedup") or 0.0 for c in cats]
+        ax.bar(xs - 0.2, sp, 0.4, label="cuca")
+        ll = [res["categories"][c].get("llama_speedup") for c in cats]
+        if any(v is not None for v in ll):
+            ax.bar(xs + 0.2, [v or 0.0 for v in ll], 0.4, label="llama.cpp")
+        lp = res.get("llama_published")
+        if lp is not None:
+            ax.axhline(lp["speedup"], color="C1", ls="--", label="llama.cpp at the published level (computed)")
+        page = PRODUCT_PAGE.get(res["arch"])
+        if page and res.get("controlled_probability") is not None:
+            ax.scatter(xs - 0.2, [page[c] for c in cats], marker="_", s=400, color="k",
+                       label="product page (32 cores)")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xticks(xs, cats)
+        ax.set_ylabel("speedup over plain")
+        ax.set_title(f"{res['name']}: speedup per category")
+        ax.legend(fontsize=8)
+        ax = row[1]
+        if "sweep" in res:
+            pts = res["sweep"]["points"]
+            ax.plot([p["draft_tokens"] for p in pts], [p["spec_tps"] for p in pts], "o-", label="speculative")
+            ax.axhline(res["sweep"]["plain_tps"], color="grey", ls="--", label="plain")
+            ax.set_xticks([p["draft_tokens"] for p in pts])
+            ax.legend(fontsize=8)
+        ax.set_xlabel("draft_tokens")
+        ax.set_ylabel("tokens/s")
+        ax.set_title("tokens/s vs draft_tokens")
+        ax = row[2]
+        if "curve" in res:
+            pts = [p for p in res["curve"]["points"] if p.get("acceptance_rate") is not None]
+            ax.plot([p["acceptance_rate"] for p in pts], [p["speedup"] for p in pts], "o-", label="cuca (measured)")
+            la = [p for p in pts if p.get("llama_speedup_anchor") is not None]
+            if la:
+                ax.plot([p["acceptance_rate"] for p in la], [p["llama_speedup_anchor"] for p in la], "^:",
+                        color="C2", label="llama.cpp (perf-anchor native build costs)")
+            lp = [p for p in pts if p.get("llama_speedup") is not None]
+            if lp:
+                ax.plot([p["acceptance_rate"] for p in lp], [p["llama_speedup"] for p in lp], "s--",
+                        label="llama.cpp (from its verify + draft cost)")
+            level = PUBLISHED.get(res["arch"])
+            if level is not None:
+                n = res["curve"]["draft_tokens"]
+                rate = level.get("acceptance_rate", (level.get("tokens_per_round", 1.0) - 1) / n)
+                ax.axvline(rate, color="r", ls=":", label=f"published ({rate:.0%} at n={n})")
+            ax.axhline(1.0, color="grey", lw=0.8)
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "no controlled-acceptance curve\n(real drafter: see the table)", ha="center",
+                    va="center", transform=ax.transAxes)
+        ax.set_xlabel("acceptance rate")
+        ax.set_ylabel("speedup over plain")
+        ax.set_title("speedup vs acceptance (controlled)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+# ---- command line ---------------------------------------------------------------------------------------------------
+def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register `cuca bench` on an argparse subparsers object."""
+    p = subparsers.add_parser("bench", help="speculative vs plain throughput per prompt category, and llama.cpp's",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_bench_arguments(p)
+    return p
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", nargs="?", help="a GGUF path or a preset name")
+    p.add_argument("--drafter", default=None, help="prompt-lookup, in-trunk, or a drafter GGUF path / preset")
+    p.add_argument("--draft-tokens", type=int, default=3)
+    p.add_argument("--threads", type=int, default=0, help="0: every core")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--prompts", type=int, default=3, help="prompts per category (1-3)")
+    p.add_argument("--no-governor", action="store_true", help="draft every round in the table")
+    p.add_argument("--controlled", type=float, default=None, metavar="P",
+                   help="controlled acceptance in the table: each draft is the target's own token with probability P")
+    p.add_argument("--acceptance", type=float, nargs="*", default=[], metavar="P",
+                   help="controlled acceptance levels P for a speedup-vs-acceptance curve")
+    p.add_argument("--published", action="store_true",
+                   help="controlled acceptance at the published level of the target's architecture (table and curve)")
+    p.add_argument("--sweep", type=int, nargs="*", default=[1, 2, 3, 4], help="draft_tokens values for the sweep")
+    p.add_argument("--poor-drafter", action="store_true",
+                   help="governed run with a poorly-accepted (controlled P=0) drafter against plain decoding")
+    p.add_argument("--no-llama", action="store_true", help="skip llama.cpp")
+    p.add_argument("--quick", action="store_true", help="1 rep, 1 prompt per category, 32 tokens, short sweep")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--png", default=None, help="write a chart here (needs matplotlib: pip install cuca[bench])")
+    p.add_argument("--all", action="store_true", help="the full report (benchmarks/report.py) into --out")
+    p.add_argument("--out", default="report", help="folder for --all")
+
+
+def options_from_args(a: argparse.Namespace) -> BenchOptions:
+    o = BenchOptions(a.model, a.drafter, a.draft_tokens, a.threads, a.reps, a.max_tokens, a.prompts,
+                     not a.no_governor, a.controlled, list(a.acceptance), list(a.sweep), poor_drafter=a.poor_drafter,
+                     llama=not a.no_llama)
+    if a.quick:
+        o.reps, o.prompts_per_category, o.max_tokens, o.poor_warmup, o.poor_reps = 1, 1, 32, 1, 1
+        o.sweep = [n for n in o.sweep if n in (1, 3)] or list(o.sweep)[:1]
+    return o
+
+
+def run_bench(a: argparse.Namespace) -> int:
+    """Run `cuca bench` from parsed arguments; returns the exit status."""
+    if a.all:
+        report = Path(__file__).resolve().parents[2] / "benchmarks" / "report.py"
+        if not report.is_file():
+            print("cuca bench --all: needs a source checkout (benchmarks/report.py and the synthetic-file writers)",
+                  file=sys.stderr)
+            return 2
+        import runpy
+
+        sys.argv = [str(report), "--out", a.out] + (["--quick"] if a.quick else []) + (
+            ["--threads", str(a.threads)] if a.threads else [])
+        runpy.run_path(str(report), run_name="__main__")
+        return 0
+    if not a.model:
+        print("cuca bench: a MODEL is needed (or --all)", file=sys.stderr)
+        return 2
+    o = options_from_args(a)
+    if a.published:
+        from ..gguf import open_gguf
+        from ..sources import ModelSource
+
+        arch = open_gguf(ModelSource.parse(a.model).resolve()).architecture
+        p = published_probability(arch, o.draft_tokens)
+        if p is None:
+            print(f"cuca bench: no published acceptance level for architecture {arch!r}", file=sys.stderr)
+            return 2
+        o.controlled = p
+        o.acceptance = sorted(set(o.acceptance) | {0.0, round(p, 4), 1.0})
+    log: Log = stderr_log
+    from ..errors import CucaError
+
+    try:
+        res = run_bench_options(o, log)
+    except CucaError as e:
+        print(f"cuca: error: {e}", file=sys.stderr)
+        return 2
+    if a.json:
+        print(json.dumps(res))
+    else:
+        print(format_report(res))
+    if a.png:
+        plot([res], a.png)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="cuca bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_bench_arguments(ap)
+    return run_bench(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
