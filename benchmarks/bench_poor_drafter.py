@@ -1,0 +1,48 @@
+"""Issue 6 item 3 on its own: a drafter whose drafts are never accepted (the real drafter runs, its proposals are
+replaced by wrong tokens), governed, against plain decoding of the same request, interleaved in one run after the
+kept governor has warmed up (it measures, turns drafting off and lengthens its probe interval).
+
+    python benchmarks/bench_poor_drafter.py MODEL DRAFTER [--threads 2] [--reps 6] [--tokens 128]
+
+e.g. `/work/bench/qwen35-0.8b-synth-q8_0.gguf in-trunk`, or the Gemma 4 E2B pair from bench_gemma4.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from cuca.bench import Bench
+from cuca.speculative.governor import Governor
+
+PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model")
+    ap.add_argument("drafter")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=6)
+    ap.add_argument("--tokens", type=int, default=128)
+    a = ap.parse_args()
+    b = Bench(a.model, a.drafter, 3, a.threads, n_ctx=1024)
+    x = b.encode(PROMPT)
+    ref = b.plain(x, a.tokens).tokens
+    governor = Governor()
+    for w in range(4):
+        b.spec(x, a.tokens, governor, controlled=0.0, reference=ref, seed=w)
+    mark = governor.event_count
+    plain, gov = [], []
+    for rep in range(a.reps):
+        plain.append(b.plain(x, a.tokens).tps)
+        gov.append(b.spec(x, a.tokens, governor, controlled=0.0, reference=ref, seed=100 + rep).tps)
+    print(f"plain    tok/s {[round(v, 2) for v in plain]}")
+    print(f"governed tok/s {[round(v, 2) for v in gov]}")
+    print(f"governed / plain (medians): {np.median(gov) / np.median(plain):.3f}; governor events while timed: "
+          f"{governor.events_since(mark)}")
+
+
+if __name__ == "__main__":
+    main()
