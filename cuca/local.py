@@ -202,22 +202,22 @@ class LocalModel:
         return await asyncio.to_thread(self.chat_sync, messages, **kw)
 
     async def stream(self, prompt: str | Sequence[int], **kw: Any) -> AsyncIterator[str]:
-        it = self.stream_sync(prompt, **kw)
-        done = object()
-        while True:
-            piece = await asyncio.to_thread(next, it, done)
-            if piece is done:
-                return
-            yield piece  # type: ignore[misc]
+        async for piece in _in_thread(self.stream_sync(prompt, **kw)):
+            yield piece
 
     async def stream_chat(self, messages: list[dict[str, Any]], **kw: Any) -> AsyncIterator[str]:
-        it = self.stream_chat_sync(messages, **kw)
-        done = object()
-        while True:
-            piece = await asyncio.to_thread(next, it, done)
-            if piece is done:
-                return
-            yield piece  # type: ignore[misc]
+        async for piece in _in_thread(self.stream_chat_sync(messages, **kw)):
+            yield piece
+
+
+async def _in_thread(it: Iterator[str]) -> AsyncIterator[str]:
+    """A sync iterator's items, each computed in a worker thread (the model's lock keeps requests in order)."""
+    done = object()
+    while True:
+        piece = await asyncio.to_thread(next, it, done)
+        if piece is done:
+            return
+        yield piece  # type: ignore[misc]
 
 
 def _is_int(v: object) -> bool:

@@ -14,7 +14,7 @@ import numpy as np
 from ..gguf import GGUFFile
 from . import opt, req
 from .cache import KVCache
-from .layers import Ops, head_norm, last_or_all, linear, output_head, rms_norm, self_attention, vector
+from .layers import Ops, head_norm, last_or_all, linear, output_head, rms_norm, self_attention, softcap, vector
 
 
 @dataclass(frozen=True)
@@ -112,10 +112,7 @@ class Model:
 
     def head(self, h: np.ndarray) -> np.ndarray:
         """Post-norm hidden (M, n_embd) -> logits (M, n_vocab), soft-capped."""
-        out = self.output(self.ops, h)
-        if self.c.final_softcap > 0:
-            out = np.tanh(out / self.c.final_softcap) * self.c.final_softcap
-        return out
+        return softcap(self.output(self.ops, h), self.c.final_softcap)
 
     def forward_hidden(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache) -> np.ndarray:
         """tokens, positions: int32 (M,) -> hidden states after output_norm, float32 (M, n_embd)."""

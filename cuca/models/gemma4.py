@@ -19,7 +19,7 @@ from ..errors import ProviderError
 from ..gguf import GGUFFile
 from . import opt, req
 from .cache import KVCache
-from .layers import Ops, head_norm, last_or_all, linear, output_head, rms_norm, self_attention, vector
+from .layers import Ops, head_norm, last_or_all, linear, output_head, rms_norm, self_attention, softcap, vector
 
 
 def per_layer(f: GGUFFile, suffix: str, n_layer: int, default: Any = None) -> tuple[Any, ...]:
@@ -128,23 +128,17 @@ def out_scale(f: GGUFFile, name: str) -> np.float32:
     return np.float32(vector(f, name, 1)[0]) if name in f.tensors else np.float32(1.0)
 
 
-class Block:
+class QueryLayer:
+    """What a Gemma 4 layer and a drafter layer share: query side, output, norms, MLP, output scale."""
+
     def __init__(self, f: GGUFFile, c: Config, il: int, rope_freqs: np.ndarray | None):
-        p, hd, e = f"blk.{il}.", c.head_dim(il), c.n_embd
-        n_head, n_kv = c.n_head[il], c.n_head_kv[il]
-        self.hd, self.n_head, self.n_head_kv = hd, n_head, n_kv
+        p, hd, e, n_head = f"blk.{il}.", c.head_dim(il), c.n_embd, c.n_head[il]
+        self.hd, self.n_head = hd, n_head
         self.window = c.window if c.swa[il] else 0
         self.rope = layer_rope(c, c.swa[il], rope_freqs)
-        self.owns_kv = il < c.first_shared
-        self.kv_layer = il if self.owns_kv else c.kv_source(c.swa[il])  # K/V tensors on shared layers are ignored
         self.attn_norm = vector(f, p + "attn_norm.weight", e)
         self.attn_q = linear(f, p + "attn_q.weight", n_head * hd, e)
         self.attn_q_norm = vector(f, p + "attn_q_norm.weight", hd)
-        if self.owns_kv:
-            self.attn_k = linear(f, p + "attn_k.weight", n_kv * hd, e)
-            self.attn_k_norm = vector(f, p + "attn_k_norm.weight", hd)
-            # no attn_v: V is the raw K projection (attention_k_eq_v)
-            self.attn_v = linear(f, p + "attn_v.weight", n_kv * hd, e) if p + "attn_v.weight" in f.tensors else None
         self.attn_output = linear(f, p + "attn_output.weight", e, n_head * hd)
         self.post_attention_norm = vector(f, p + "post_attention_norm.weight", e)
         self.ffn_norm = vector(f, p + "ffn_norm.weight", e)
@@ -152,11 +146,25 @@ class Block:
         self.ffn_up = linear(f, p + "ffn_up.weight", c.n_ff[il], e)
         self.ffn_down = linear(f, p + "ffn_down.weight", e, c.n_ff[il])
         self.post_ffw_norm = vector(f, p + "post_ffw_norm.weight", e)
+        self.out_scale = out_scale(f, p + "layer_output_scale.weight")
+
+
+class Block(QueryLayer):
+    def __init__(self, f: GGUFFile, c: Config, il: int, rope_freqs: np.ndarray | None):
+        super().__init__(f, c, il, rope_freqs)
+        p, hd, e, n_kv = f"blk.{il}.", self.hd, c.n_embd, c.n_head_kv[il]
+        self.n_head_kv = n_kv
+        self.owns_kv = il < c.first_shared
+        self.kv_layer = il if self.owns_kv else c.kv_source(c.swa[il])  # K/V tensors on shared layers are ignored
+        if self.owns_kv:
+            self.attn_k = linear(f, p + "attn_k.weight", n_kv * hd, e)
+            self.attn_k_norm = vector(f, p + "attn_k_norm.weight", hd)
+            # no attn_v: V is the raw K projection (attention_k_eq_v)
+            self.attn_v = linear(f, p + "attn_v.weight", n_kv * hd, e) if p + "attn_v.weight" in f.tensors else None
         if c.n_ple:
             self.inp_gate = linear(f, p + "inp_gate.weight", c.n_ple, e)
             self.proj = linear(f, p + "proj.weight", e, c.n_ple)
             self.post_norm = vector(f, p + "post_norm.weight", e)
-        self.out_scale = out_scale(f, p + "layer_output_scale.weight")
 
 
 def sandwich_mlp(ops: Ops, b: Any, x: np.ndarray, eps: float) -> None:
@@ -216,10 +224,7 @@ class Model:
 
     def head(self, h: np.ndarray) -> np.ndarray:
         """Post-norm hidden (M, n_embd) -> logits (M, n_vocab), soft-capped."""
-        out = self.output(self.ops, h)
-        if self.c.softcap > 0:
-            out = np.tanh(out / np.float32(self.c.softcap)) * np.float32(self.c.softcap)
-        return out
+        return softcap(self.output(self.ops, h), self.c.softcap)
 
     def forward_hidden(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache) -> np.ndarray:
         """tokens, positions: int32 (M,) -> hidden states after output_norm, float32 (M, n_embd)."""

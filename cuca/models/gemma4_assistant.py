@@ -16,29 +16,15 @@ from ..errors import ProviderError
 from ..gguf import GGUFFile
 from . import opt, req
 from .cache import KVCache
-from .gemma4 import Config, layer_rope, out_scale, rope_freqs_of, sandwich_mlp
+from .gemma4 import Config, QueryLayer, rope_freqs_of, sandwich_mlp
 from .gemma4 import Model as Target
 from .layers import Linear, Ops, head_norm, linear, rms_norm, vector
 
 
-class Block:
+class Block(QueryLayer):
     def __init__(self, f: GGUFFile, c: Config, il: int, target: Target, rope_freqs: np.ndarray | None):
-        p, hd, e = f"blk.{il}.", c.head_dim(il), c.n_embd
-        self.hd, self.n_head = hd, c.n_head[il]
-        self.window = c.window if c.swa[il] else 0
-        self.rope = layer_rope(c, c.swa[il], rope_freqs)
+        super().__init__(f, c, il, rope_freqs)  # no K/V projections: the layer reads the target's
         self.kv_layer = target.c.kv_source(c.swa[il])  # the target's cache layer this layer reads
-        self.attn_norm = vector(f, p + "attn_norm.weight", e)
-        self.attn_q = linear(f, p + "attn_q.weight", self.n_head * hd, e)
-        self.attn_q_norm = vector(f, p + "attn_q_norm.weight", hd)
-        self.attn_output = linear(f, p + "attn_output.weight", e, self.n_head * hd)
-        self.post_attention_norm = vector(f, p + "post_attention_norm.weight", e)
-        self.ffn_norm = vector(f, p + "ffn_norm.weight", e)
-        self.ffn_gate = linear(f, p + "ffn_gate.weight", c.n_ff[il], e)
-        self.ffn_up = linear(f, p + "ffn_up.weight", c.n_ff[il], e)
-        self.ffn_down = linear(f, p + "ffn_down.weight", e, c.n_ff[il])
-        self.post_ffw_norm = vector(f, p + "post_ffw_norm.weight", e)
-        self.out_scale = out_scale(f, p + "layer_output_scale.weight")
 
     def requantize(self) -> None:
         for name, v in vars(self).items():

@@ -124,6 +124,16 @@ def self_attention(
     return out.reshape(m, -1)
 
 
+def softcap(x: np.ndarray, cap: float) -> np.ndarray:
+    """cap * tanh(x / cap), in place on float32 x (no-op for cap <= 0); returns x."""
+    if cap > 0:
+        c = np.float32(cap)
+        x /= c
+        np.tanh(x, out=x)
+        x *= c
+    return x
+
+
 def last_or_all(model: Any, h: np.ndarray, logits: str) -> np.ndarray:
     """The logits of every row ("all") or of the last row only ("last", (1, n_vocab)) from post-norm hidden h."""
     if logits == "last":

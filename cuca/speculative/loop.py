@@ -93,62 +93,24 @@ def speculative_tokens(
     force = params.seed is not None and not params.greedy
     mark = governor.event_count
     try:
-        yield from _rounds(
-            model,
-            cache,
-            fed,
-            pos,
-            n_ctx,
-            history,
-            prompt,
-            max_tokens,
-            params,
-            rng,
-            drafter,
-            draft_tokens,
-            governor,
-            stats,
-            rollback_limit,
-            force,
-        )
+        while True:
+            remaining = max_tokens - (len(history) - len(prompt))
+            if remaining <= 0:
+                return
+            n = round_size(draft_tokens, remaining, pos, n_ctx, rollback_limit)
+            drafting = n > 0 and governor.decide(force)
+            t0 = time.perf_counter()
+            proposal = drafter.propose(history, n) if drafting else None
+            drafts = list(proposal.tokens[:n]) if proposal is not None else []
+            q = None if proposal is None or proposal.q_draft is None else proposal.q_draft[: len(drafts)]
+            verdict = verify_round(model, cache, fed, drafts, pos, params, rng, q, drafter)
+            governor.record(bool(drafts), len(verdict.tokens), time.perf_counter() - t0)
+            if drafts:
+                stats.record_round(len(drafts), verdict.n_accepted)
+            for tok in verdict.tokens:
+                history.append(tok)
+                yield tok
+            pos += 1 + verdict.n_accepted
+            fed = verdict.tokens[-1]
     finally:  # also when the caller stops at a stop token
         stats.governor_events += governor.events_since(mark)
-
-
-def _rounds(
-    model: Any,
-    cache: Any,
-    fed: int,
-    pos: int,
-    n_ctx: int,
-    history: list[int],
-    prompt: list[int],
-    max_tokens: int,
-    params: SamplingParams,
-    rng: np.random.Generator,
-    drafter: Drafter,
-    draft_tokens: int,
-    governor: Governor,
-    stats: RequestDraftStats,
-    rollback_limit: int | None,
-    force: bool,
-) -> Iterator[int]:
-    while True:
-        remaining = max_tokens - (len(history) - len(prompt))
-        if remaining <= 0:
-            return
-        n = round_size(draft_tokens, remaining, pos, n_ctx, rollback_limit)
-        drafting = n > 0 and governor.decide(force)
-        t0 = time.perf_counter()
-        proposal = drafter.propose(history, n) if drafting else None
-        drafts = list(proposal.tokens[:n]) if proposal is not None else []
-        q = proposal.q_draft[: len(drafts)] if proposal is not None and proposal.q_draft is not None else None
-        verdict = verify_round(model, cache, fed, drafts, pos, params, rng, q, drafter)
-        governor.record(bool(drafts), len(verdict.tokens), time.perf_counter() - t0)
-        if drafts:
-            stats.record_round(len(drafts), verdict.n_accepted)
-        for tok in verdict.tokens:
-            history.append(tok)
-            yield tok
-        pos += 1 + verdict.n_accepted
-        fed = verdict.tokens[-1]
