@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_decode import cuca_decode, fmt, llama_decode
+from bench_decode import cuca_decode, cuca_pass, fmt, llama_decode, llama_pass
 
 from cuca.engine import Engine
 from cuca.gguf import open_gguf
@@ -30,32 +30,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from synth_gemma4 import e2b_files  # noqa: E402
 
 MS = (1, 2, 4, 8)
-
-
-def cuca_verify(eng: Engine, prompt: list[int], m: int, reps: int) -> float:
-    """Best time (s) of an m-row pass with logits for every row, as speculative verification runs it."""
-    cache = eng.cache
-    cache.reset()
-    eng.prefill(prompt)
-    toks, pos = np.full(m, 1000, np.int32), np.arange(cache.n, cache.n + m, dtype=np.int32)
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        eng.model.forward(toks, pos, cache, "all")
-        best = min(best, time.perf_counter() - t0)
-        cache.trim(m)
-    return best
-
-
-def llama_verify(llm: Any, prompt: list[int], m: int, reps: int) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        llm.reset()
-        llm.eval(prompt)
-        t0 = time.perf_counter()
-        llm.eval([1000] * m)
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def drafter_step(eng: Engine, assistant: Any, prompt: list[int], reps: int) -> float:
@@ -105,9 +79,9 @@ def main() -> None:
         line += f"   llama.cpp {fmt(theirs)}   cuca/llama.cpp {ratio:.2f}x"
         line += f"   (llama.cpp engine timer only: {fmt(theirs_engine)})"
     print(line)
-    rows = [("cuca", lambda m: cuca_verify(eng, prompt, m, a.reps * 2))]
+    rows = [("cuca", lambda m: cuca_pass(eng, prompt, m, "all", a.reps * 2))]
     if llm is not None:
-        rows.append(("llama.cpp", lambda m: llama_verify(llm, prompt, m, a.reps * 2)))
+        rows.append(("llama.cpp", lambda m: llama_pass(llm, prompt, m, a.reps * 2)))
     print("verify pass (logits for every row) vs M=1   " + "  ".join(f"M={m}" for m in MS))
     step = {}
     for label, fn in rows:

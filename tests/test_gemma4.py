@@ -22,6 +22,7 @@ from cuca.models.gemma4_assistant import load_assistant
 from cuca.models.layers import Ops
 from cuca.sampling import SamplingParams
 from cuca.speculative.drafters.assistant import AssistantDrafter
+from cuca.speculative.governor import AlwaysDraft
 from cuca.speculative.loop import speculative_tokens
 from cuca.speculative.stats import RequestDraftStats
 
@@ -91,7 +92,7 @@ def test_both_kernel_backends_agree(files: dict[str, Path]) -> None:
     f = open_gguf(files["target"])
     a = plain_then_decode(load_model(f, Ops(2, impls["c"])), TOKENS[:24], 20)
     b = plain_then_decode(load_model(f, Ops(1, impls["numpy"])), TOKENS[:24], 20)
-    assert rel_err(a, b) < 1e-4
+    assert rel_err(a, b) < 1e-5  # measured 8.5e-7: the same float32 math in a different summation order
 
 
 def draft_chain(files: dict[str, Path], target, requantize: bool = False):  # type: ignore[no-untyped-def]
@@ -118,7 +119,7 @@ def test_drafter_matches_transformers(files: dict[str, Path], target) -> None:  
 
 def test_drafter_requantized_to_q8_0_stays_close(files: dict[str, Path], target) -> None:  # type: ignore[no-untyped-def]
     _, out = draft_chain(files, target, requantize=True)
-    assert rel_err(out[0][0], HF["draft_logits"][0]) < 3e-2
+    assert rel_err(out[0][0], HF["draft_logits"][0]) < 3e-2  # measured 0.018: Q8_0 weights and activations
 
 
 # -- traps (shared/specs/gemma4.md §5) -----------------------------------------------------------------------------
@@ -269,19 +270,6 @@ def test_missing_key(tmp_path: Path, key: str) -> None:
 # -- speculative decoding with the assistant: exact, and the drafter keeps level -----------------------------------
 
 
-class _Always:
-    event_count = 0
-
-    def events_since(self, mark: int) -> list[tuple[str, int]]:
-        return []
-
-    def decide(self, force: bool) -> bool:
-        return True
-
-    def record(self, drafted: bool, n_tokens: int, seconds: float) -> None:
-        pass
-
-
 @pytest.mark.parametrize("k", [1, 3, 8])
 def test_greedy_speculation_with_the_assistant_equals_plain(files: dict[str, Path], target, k: int) -> None:  # type: ignore[no-untyped-def]
     a = load_assistant(open_gguf(files["drafter"]), target.ops, target)
@@ -299,7 +287,7 @@ def test_greedy_speculation_with_the_assistant_equals_plain(files: dict[str, Pat
     first = int(target.head(h[-1:])[0].argmax())
     stats = RequestDraftStats()
     rest = speculative_tokens(target, cache, first, list(prompt), n_new, params, np.random.default_rng(0),
-                              AssistantDrafter(a, cache), k, _Always(), stats, None, h)  # type: ignore[arg-type]
+                              AssistantDrafter(a, cache), k, AlwaysDraft(), stats, None, h)  # type: ignore[arg-type]
     spec = [first, *rest]
     assert spec == plain
     assert stats.rounds > 0 and stats.drafted >= stats.accepted

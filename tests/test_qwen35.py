@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import synth_qwen35 as S  # noqa: E402
-from test_speculative import AlwaysDraft, ScriptDrafter  # noqa: E402
+from test_speculative import ScriptDrafter  # noqa: E402
 
 from cuca.engine import Engine, Generation, Speculation  # noqa: E402
 from cuca.errors import ConfigError, GGUFError, ProviderError  # noqa: E402
@@ -23,6 +23,7 @@ from cuca.models.layers import Ops  # noqa: E402
 from cuca.models.qwen35 import L2_EPS, gdn_chunked  # noqa: E402
 from cuca.sampling import SamplingParams  # noqa: E402
 from cuca.speculative.drafters.mtp import MTPDrafter, check_in_trunk  # noqa: E402
+from cuca.speculative.governor import AlwaysDraft  # noqa: E402
 from cuca.speculative.stats import RequestDraftStats  # noqa: E402
 from cuca.tokenizer import Tokenizer  # noqa: E402
 

@@ -26,6 +26,7 @@ from cuca.models.layers import Ops
 from cuca.sampling import SamplingParams
 from cuca.speculative.drafters.assistant import AssistantDrafter
 from cuca.speculative.drafters.mtp import MTPDrafter
+from cuca.speculative.governor import AlwaysDraft
 from cuca.speculative.proposal import Proposal
 from cuca.speculative.stats import RequestDraftStats
 
@@ -43,21 +44,6 @@ PROMPTS = [
     [2, 120, 1, 120, 1, 120],
     [2, 70, 80, 90, 100, 110, 120, 130],
 ]
-
-
-class AlwaysDraft:
-    """Governor double: drafts every round (the governor itself is tested with a fake clock)."""
-
-    event_count = 0
-
-    def events_since(self, mark: int) -> list[tuple[str, int]]:
-        return []
-
-    def decide(self, force: bool) -> bool:
-        return True
-
-    def record(self, drafted: bool, n_tokens: int, seconds: float) -> None:
-        pass
 
 
 class Scripted:

@@ -16,6 +16,7 @@ from cuca.models import load_model
 from cuca.models.layers import Ops
 from cuca.sampling import SamplingParams
 from cuca.speculative.drafters.prompt_lookup import PromptLookupDrafter
+from cuca.speculative.governor import AlwaysDraft
 from cuca.speculative.proposal import Proposal
 from cuca.speculative.stats import RequestDraftStats
 
@@ -31,21 +32,6 @@ PROMPTS = [
     [2, 200, 201, 200, 201, 200, 201],
     [2, 123],
 ]
-
-
-class AlwaysDraft:
-    """Governor double: drafts every round (the real governor is tested on its own with a fake clock)."""
-
-    event_count = 0
-
-    def events_since(self, mark: int) -> list[tuple[str, int]]:
-        return []
-
-    def decide(self, force: bool) -> bool:
-        return True
-
-    def record(self, drafted: bool, n_tokens: int, seconds: float) -> None:
-        pass
 
 
 class ScriptDrafter:

@@ -32,7 +32,7 @@ import numpy as np
 from ..engine import Generation, Speculation
 from ..sampling import SamplingParams
 from ..speculative.drafters import Drafter
-from ..speculative.governor import Governor
+from ..speculative.governor import AlwaysDraft, Governor
 from ..speculative.proposal import Proposal
 from ..speculative.stats import RequestDraftStats
 
@@ -160,22 +160,6 @@ class ControlledDrafter:
                 tok = inner[i] if i < len(inner) else true
                 out.append(tok if tok != true else (true - 1 if true > 0 else true + 1))
         return Proposal(out, None)
-
-
-class AlwaysDraft:
-    """A governor stand-in that drafts every round (the raw cost of speculation, no switching off)."""
-
-    event_count = 0
-    events: list[tuple[str, int]] = []
-
-    def decide(self, force: bool = False) -> bool:
-        return True
-
-    def record(self, drafted: bool, n_tokens: int, seconds: float) -> None:
-        pass
-
-    def events_since(self, mark: int) -> list[tuple[str, int]]:
-        return []
 
 
 # ---- one loaded pair --------------------------------------------------------------------------------------------

@@ -166,3 +166,19 @@ class Governor:
             self._left, self._count = PROBE_ROUNDS, 0
             self.spec.restart()
             self._log("probe")
+
+
+class AlwaysDraft:
+    """Drafts every round: the raw cost of speculation, for benchmarks and tests (no measuring, no switching off)."""
+
+    event_count = 0
+    events: list[tuple[str, int]] = []
+
+    def decide(self, force: bool = False) -> bool:
+        return True
+
+    def record(self, drafted: bool, n_tokens: int, seconds: float) -> None:
+        pass
+
+    def events_since(self, mark: int) -> list[tuple[str, int]]:
+        return []
