@@ -431,16 +431,15 @@ static float *att_alloc(size_t nfloat) {
     return (float *)aligned_alloc(64, bytes ? bytes : 64);
 }
 
-int cuca_attention(const float *q, ptrdiff_t q_s0, ptrdiff_t q_s1, const void *k, ptrdiff_t k_s0, const void *v,
-                   ptrdiff_t v_s0, int kv16, const int32_t *q_pos, int M, int n_head, int n_kv_head, int hd_k,
-                   int hd_v, int n_ctx, int n_kv, int window, float scale, float softcap, float *out, ptrdiff_t o_s0,
-                   ptrdiff_t o_s1, int n_threads) {
+int cuca_attention(const cuca_attention_args *a) {
+    const int M = a->M, n_head = a->n_head, n_kv_head = a->n_kv_head, hd_k = a->hd_k, hd_v = a->hd_v;
+    const int n_ctx = a->n_ctx, n_kv = a->n_kv, window = a->window, n_threads = a->n_threads;
     if (M < 0 || n_head <= 0 || n_kv_head <= 0 || n_head % n_kv_head || hd_k <= 0 || hd_v <= 0 || n_ctx < 0 ||
         n_kv < 0 || n_kv > n_ctx || window < 0)
         return CUCA_EINVAL;
     if (M == 0) return CUCA_OK;
-    att_args A = {q, q_s0, q_s1, k, k_s0, v, v_s0, kv16 != 0, q_pos, M, n_head, n_kv_head, n_head / n_kv_head, hd_k, hd_v,
-                  n_kv, window, scale, softcap, out, o_s0, o_s1};
+    att_args A = {a->q, a->q_s0, a->q_s1, a->k, a->k_s0, a->v, a->v_s0, a->kv16 != 0, a->q_pos, M, n_head, n_kv_head,
+                  n_head / n_kv_head, hd_k, hd_v, n_kv, window, a->scale, a->softcap, a->out, a->o_s0, a->o_s1};
     const int G = A.G;
     /* multiply-adds of the call; small calls stay on one thread (a parallel region costs microseconds) */
     double work = 0.0;

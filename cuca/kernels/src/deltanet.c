@@ -99,10 +99,13 @@ static void dn_block(const float *v, vf ev, vf bv, float *S, float *snap, float 
     for (int u = 0; u < DN_NV; ++u) v_store(o + u * VL, a[u]);
 }
 
-int cuca_deltanet_f32(const float *q, ptrdiff_t q_s0, ptrdiff_t q_s1, const float *k, ptrdiff_t k_s0, ptrdiff_t k_s1,
-                      const float *v, ptrdiff_t v_s0, ptrdiff_t v_s1, const float *g, ptrdiff_t g_s0,
-                      const float *beta, ptrdiff_t b_s0, float *state, float *snaps, float *out, ptrdiff_t o_s0,
-                      ptrdiff_t o_s1, int T, int H, int dk, int dv, float eps, float scale, int n_threads) {
+int cuca_deltanet_f32(const cuca_deltanet_args *a) {
+    const float *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta;
+    const ptrdiff_t q_s0 = a->q_s0, q_s1 = a->q_s1, k_s0 = a->k_s0, k_s1 = a->k_s1, v_s0 = a->v_s0, v_s1 = a->v_s1;
+    const ptrdiff_t g_s0 = a->g_s0, b_s0 = a->b_s0, o_s0 = a->o_s0, o_s1 = a->o_s1;
+    float *state = a->state, *snaps = a->snaps, *out = a->out;
+    const int T = a->T, H = a->H, dk = a->dk, dv = a->dv, n_threads = a->n_threads;
+    const float eps = a->eps, scale = a->scale;
     if (T < 0 || H < 0 || dk < 1 || dv < 1) return CUCA_EINVAL;
     if (T == 0 || H == 0) return CUCA_OK;
     const size_t hs = (size_t)dk * dv, ts = hs * (size_t)H;

@@ -12,11 +12,23 @@
 /* Causal (optionally sliding-window) grouped-query attention over a KV cache of floats, or of IEEE halves
  * when kv16 is set (both caches the same type; strides count elements).
  * q: (M, n_head, hd_k) at q + i*q_s0 + h*q_s1; k: (n_kv_head, n_ctx, hd_k) at k + g*k_s0 + j*hd_k;
- * v: (n_kv_head, n_ctx, hd_v) at v + g*v_s0 + j*hd_v; out: (M, n_head, hd_v) at out + i*o_s0 + h*o_s1. */
-int cuca_attention(const float *q, ptrdiff_t q_s0, ptrdiff_t q_s1, const void *k, ptrdiff_t k_s0, const void *v,
-                   ptrdiff_t v_s0, int kv16, const int32_t *q_pos, int M, int n_head, int n_kv_head, int hd_k,
-                   int hd_v, int n_ctx, int n_kv, int window, float scale, float softcap, float *out, ptrdiff_t o_s0,
-                   ptrdiff_t o_s1, int n_threads);
+ * v: (n_kv_head, n_ctx, hd_v) at v + g*v_s0 + j*hd_v; out: (M, n_head, hd_v) at out + i*o_s0 + h*o_s1.
+ * Row i sees keys [max(0, q_pos[i] - window + 1), min(q_pos[i] + 1, n_kv)) (window 0: from 0). */
+typedef struct {
+    const float *q;
+    ptrdiff_t q_s0, q_s1;
+    const void *k, *v;
+    ptrdiff_t k_s0, v_s0;
+    int kv16;
+    const int32_t *q_pos;
+    int M, n_head, n_kv_head, hd_k, hd_v, n_ctx, n_kv, window;
+    float scale, softcap; /* scores: softcap * tanh(scale * q.k / softcap) (softcap 0: scale * q.k) */
+    float *out;
+    ptrdiff_t o_s0, o_s1;
+    int n_threads;
+} cuca_attention_args;
+
+int cuca_attention(const cuca_attention_args *a);
 
 /* Rows are addressed as base + a*s0 + b*s1 for a < n0, b < n1, each n floats long. */
 typedef struct {
@@ -36,12 +48,20 @@ int cuca_rope_f32(float *x, cuca_rows xs, const int32_t *pos, int64_t M, int64_t
 int cuca_act_mul_f32(int kind, const float *g, cuca_rows gs, const float *u, cuca_rows us, float *out,
                      cuca_rows os, int64_t n0, int64_t n1, int64_t n, int n_threads);
 
-/* Gated DeltaNet recurrence, token by token (deltanet.c). q, k: (T, H, dk) raw (L2-normalised inside, q then
- * scaled); v, out: (T, H, dv); g (log-decay), beta: (T, H); state: (H, dk, dv) contiguous, updated in place;
- * snaps: NULL or (>= T-1, H, dk, dv) contiguous, receiving the state after each token but the last. */
-int cuca_deltanet_f32(const float *q, ptrdiff_t q_s0, ptrdiff_t q_s1, const float *k, ptrdiff_t k_s0, ptrdiff_t k_s1,
-                      const float *v, ptrdiff_t v_s0, ptrdiff_t v_s1, const float *g, ptrdiff_t g_s0,
-                      const float *beta, ptrdiff_t b_s0, float *state, float *snaps, float *out, ptrdiff_t o_s0,
-                      ptrdiff_t o_s1, int T, int H, int dk, int dv, float eps, float scale, int n_threads);
+/* Gated DeltaNet recurrence, token by token (deltanet.c). q, k: (T, H, dk) raw (L2-normalised inside with eps,
+ * q then scaled); v, out: (T, H, dv); g (log-decay), beta: (T, H); state: (H, dk, dv) contiguous, updated in place;
+ * snaps: NULL or (>= T-1, H, dk, dv) contiguous, receiving the state after each token but the last. Strides count
+ * floats: q + t*q_s0 + h*q_s1, likewise k, v, out; g + t*g_s0 + h, beta + t*b_s0 + h. */
+typedef struct {
+    const float *q, *k, *v, *g, *beta;
+    ptrdiff_t q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, g_s0, b_s0;
+    float *state, *snaps, *out;
+    ptrdiff_t o_s0, o_s1;
+    int T, H, dk, dv;
+    float eps, scale;
+    int n_threads;
+} cuca_deltanet_args;
+
+int cuca_deltanet_f32(const cuca_deltanet_args *a);
 
 #endif
