@@ -98,7 +98,7 @@ def test_presets_are_frozen_data_and_pair_up() -> None:
     # the pairing strings are what DrafterSource.parse understands
     assert DrafterSource.parse(paired_drafter("qwen3.5-0.8b-q8_0") or "") is DrafterSource.IN_TRUNK
     d = DrafterSource.parse(paired_drafter("gemma4-e2b-q4_0") or "")
-    assert d.kind == "file" and d.source == ModelSource.parse("gemma4-e2b-mtp-f16")
+    assert d.kind == "file" and d.source == ModelSource.parse("gemma4-e2b-mtp-q4_0")
 
 
 # ---- downloads ----------------------------------------------------------------------------------------------------
