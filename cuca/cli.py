@@ -16,6 +16,8 @@ from .engine import Generation
 from .errors import ContextLengthError, CucaError
 from .gguf import open_gguf
 from .local import LocalModel, LocalModelConfig
+from .models.dialects import is_mtp_sidecar
+from .models.gemma4_assistant import DEFAULT_TOP_K
 from .sources import PRESETS, ModelSource, paired_drafter, preset_is_local
 from .speculative.stats import RequestDraftStats
 
@@ -234,6 +236,14 @@ def _chat(a: argparse.Namespace) -> int:
 _NEXTN = re.compile(r"^blk\.\d+\.nextn\.")
 
 
+def _assistant_head(f: Any) -> str:
+    t = f.tensors.get("masked_embd_centroids.weight")
+    if t is None or "masked_embd_ordering" not in f.tensors:
+        return "full tied head"
+    top_k = f.get(f.arch_key("centroid_intermediate_top_k"), DEFAULT_TOP_K)
+    return f"centroid head ({t.shape[0]} centroids, top {top_k})"
+
+
 def file_info(path: Any) -> dict[str, Any]:
     """What `cuca info` prints, as data."""
     f = open_gguf(path)
@@ -244,7 +254,10 @@ def file_info(path: Any) -> dict[str, Any]:
     nextn_layers = int(md.get(f"{arch}.nextn_predict_layers", 0) or 0)
     nextn_tensors = sum(1 for name in f.tensors if _NEXTN.match(name))
     if arch == "gemma4-assistant":
-        head = "this file is a drafter (gemma4-assistant): pair it with a gemma4 target via --drafter"
+        head = f"this file is a drafter (gemma4-assistant, {_assistant_head(f)}): pair it with a gemma4 target via " \
+               "--drafter"
+    elif arch == "qwen35" and is_mtp_sidecar(f):
+        head = "an MTP sidecar (prediction head only, no trunk): not supported, use a file with the head inside"
     elif nextn_layers or nextn_tensors:
         head = (
             f"in-trunk MTP head ({nextn_layers} nextn layer(s), {nextn_tensors} blk.*.nextn.* tensors): "

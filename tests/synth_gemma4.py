@@ -299,6 +299,37 @@ def write_gemma4_assistant(
     return path
 
 
+def append_centroids(src: Path, dst: Path, centroids: np.ndarray, ordering: np.ndarray) -> Path:
+    """Copy `src` with masked_embd_centroids.weight (in the type of token_embd.weight) and masked_embd_ordering
+    (I32) added, through gguf-py's reader and writer."""
+    r = gguf.GGUFReader(str(src))
+    arch = str(r.fields["general.architecture"].contents())
+    w = gguf.GGUFWriter(str(dst), arch)
+    for name, field in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    embd_type = None
+    for t in r.tensors:
+        if t.name == "token_embd.weight":
+            embd_type = t.tensor_type
+        shape = [int(d) for d in reversed(t.shape)]
+        data = np.array(t.data)
+        w.add_tensor(t.name, data, raw_shape=data.shape if data.dtype == np.uint8 else shape, raw_dtype=t.tensor_type)
+    assert embd_type is not None
+    qt = gguf.GGMLQuantizationType(embd_type)
+    c = gguf.quants.quantize(centroids.astype(np.float32), qt)
+    w.add_tensor("masked_embd_centroids.weight", c, raw_shape=c.shape, raw_dtype=qt)
+    w.add_tensor("masked_embd_ordering", ordering.astype(np.int32), raw_dtype=gguf.GGMLQuantizationType.I32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
 def e2b_files(folder: Path, seed: int = 0) -> tuple[Path, Path]:
     """The real-shape pair for benchmarks: target Q4_0 with Q6_K embeddings (as llama-quantize writes a Q4_0 file),
     drafter F16. Written once per folder (several GB)."""
@@ -313,5 +344,5 @@ def e2b_files(folder: Path, seed: int = 0) -> tuple[Path, Path]:
     return tgt, dft
 
 
-__all__ = ["E2B", "E2B_ASSISTANT", "TINY", "TINY_ASSISTANT", "AssistantShape", "Gemma4Shape", "e2b_files",
-           "replace", "rope_freqs", "vocab", "write_gemma4", "write_gemma4_assistant"]
+__all__ = ["E2B", "E2B_ASSISTANT", "TINY", "TINY_ASSISTANT", "AssistantShape", "Gemma4Shape", "append_centroids",
+           "e2b_files", "replace", "rope_freqs", "vocab", "write_gemma4", "write_gemma4_assistant"]

@@ -164,7 +164,7 @@ def test_presets_lists_every_preset_and_whether_it_is_here(
     rc, out, _ = _run(["presets", "--json"], capsys)
     rows = {r["name"]: r for r in json.loads(out)}
     assert rc == 0 and {"gemma4-e2b-q4_0", "gemma4-e2b-mtp-f16", "qwen3.5-0.8b-q8_0"} <= set(rows)
-    assert rows["gemma4-e2b-q4_0"]["drafter"] == "gemma4-e2b-mtp-f16"
+    assert rows["gemma4-e2b-q4_0"]["drafter"] == "gemma4-e2b-mtp-q4_0"
     assert rows["qwen3.5-0.8b-q8_0"]["drafter"] == "in-trunk"
     assert rows["test-preset"]["local"] is False
     assert _run(["pull", "test-preset"], capsys)[0] == 0

@@ -88,7 +88,7 @@ def test_presets_are_frozen_data_and_pair_up() -> None:
         PRESETS["gemma4-e2b-q4_0"].sha256 = "x"  # type: ignore[misc]
     assert PRESETS["gemma4-e2b-mtp-f16"].architecture == "gemma4-assistant"
     assert "gemma4-e2b-q4_0" in PRESETS["gemma4-e2b-mtp-f16"].pairs_with
-    assert paired_drafter("gemma4-e2b-q4_0") == "gemma4-e2b-mtp-f16"
+    assert paired_drafter("gemma4-e2b-q4_0") == "gemma4-e2b-mtp-q4_0"
     assert paired_drafter("qwen3.5-0.8b-q8_0") == "in-trunk"
     assert paired_drafter("gemma3-270m-q4_k_m") is None and paired_drafter("nope") is None
     q = PRESETS["qwen3.5-0.8b-q8_0"]
@@ -98,7 +98,7 @@ def test_presets_are_frozen_data_and_pair_up() -> None:
     # the pairing strings are what DrafterSource.parse understands
     assert DrafterSource.parse(paired_drafter("qwen3.5-0.8b-q8_0") or "") is DrafterSource.IN_TRUNK
     d = DrafterSource.parse(paired_drafter("gemma4-e2b-q4_0") or "")
-    assert d.kind == "file" and d.source == ModelSource.parse("gemma4-e2b-mtp-f16")
+    assert d.kind == "file" and d.source == ModelSource.parse("gemma4-e2b-mtp-q4_0")
 
 
 # ---- downloads ----------------------------------------------------------------------------------------------------

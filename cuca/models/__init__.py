@@ -41,6 +41,9 @@ class Model(Protocol):
 
 def load_model(f: GGUFFile, ops: Ops | None = None) -> Any:
     """Bind the weights of `f` to its architecture's Model (no copies: weights stay memory-mapped)."""
+    from .dialects import check_dialect
+
+    check_dialect(f)
     if f.architecture in DRAFTER_ARCHITECTURES:
         raise ProviderError(
             f"{f.path}: architecture {f.architecture!r} is a drafter, not a model to generate with: load its target "

@@ -5,12 +5,14 @@ for the next call.
 
 ref: shared/specs/gemma4.md §3 (llama.cpp src/models/gemma4-assistant.cpp, transformers Gemma4AssistantForCausalLM).
 Input is [target_embd(token) * sqrt(n_embd_target) ; h], embedding first; the head is the drafter's own token_embd
-(full vocabulary, no centroid masking, no softcap).
+(no softcap): over the full vocabulary, or, when the file has `masked_embd_centroids.weight` and
+`masked_embd_ordering` (the E2B/E4B assistants), over the ids of the top-scoring centroids only (CentroidHead).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from gguf import GGMLQuantizationType
 
 from ..errors import ProviderError
 from ..gguf import GGUFFile
@@ -18,7 +20,7 @@ from . import opt, req
 from .cache import KVCache
 from .gemma4 import Config, QueryLayer, attn_spec, rope_freqs_of, sandwich_mlp
 from .gemma4 import Model as Target
-from .layers import Attention, Ops, linear, vector
+from .layers import Attention, Linear, Ops, linear, vector
 from .layers import requantize as to_q8_0
 
 
@@ -51,6 +53,55 @@ def check_pair(f: GGUFFile, c: Config, n_embd_out: int, target: Target) -> None:
                                 f"{t.n_head_kv[kv]} K/V heads")
 
 
+DEFAULT_TOP_K = 32  # transformers' centroid_intermediate_top_k default, what the E2B and E4B assistants use
+
+
+class CentroidHead:
+    """transformers' Gemma4AssistantMaskedEmbedder: score the n_centroids centroids, keep the top_k, compute exact
+    logits for their top_k * (n_vocab / n_centroids) token ids (masked_embd_ordering lists each centroid's ids) and
+    fill every other id with min(selected) - 1, so that softmax, greedy and q_draft are HF's (HF takes that minimum
+    over the whole batch, here it is per row: the same for the one-row steps drafting makes)."""
+
+    def __init__(self, f: GGUFFile, token_embd: Linear, n_vocab: int, n_embd: int):
+        ct, ot = f.tensor("masked_embd_centroids.weight"), f.tensor("masked_embd_ordering")
+        n_c = int(ct.shape[0])
+        if ot.ggml_type != GGMLQuantizationType.I32 or ot.shape != (n_vocab,):
+            raise ProviderError(f"{f.path}: masked_embd_ordering must be I32 of shape ({n_vocab},), got "
+                                f"{ot.type_name} {ot.shape}")
+        if n_vocab % n_c:
+            raise ProviderError(f"{f.path}: {n_c} centroids do not divide the vocabulary of {n_vocab}")
+        order = np.asarray(ot.data).view(np.int32).reshape(n_vocab)
+        if np.any(np.bincount(np.clip(order, 0, n_vocab - 1), minlength=n_vocab) != 1) or order.min() < 0 or \
+                order.max() >= n_vocab:
+            raise ProviderError(f"{f.path}: masked_embd_ordering is not a permutation of the {n_vocab} token ids")
+        self.top_k = int(f.get(f.arch_key("centroid_intermediate_top_k"), DEFAULT_TOP_K))
+        if not 0 < self.top_k <= n_c:
+            raise ProviderError(f"{f.path}: centroid top-k {self.top_k} is not in 1..{n_c} centroids")
+        self.centroids = linear(f, "masked_embd_centroids.weight", n_c, n_embd)
+        self.groups = np.ascontiguousarray(order.reshape(n_c, n_vocab // n_c))  # centroid -> its token ids
+        self.token_embd, self.n_vocab = token_embd, n_vocab
+
+    def select(self, ops: Ops, zn: np.ndarray) -> np.ndarray:
+        """(M, n_embd) -> the selected token ids per row, (M, top_k * ids per centroid), centroid by centroid."""
+        scores = self.centroids(ops, zn)
+        top = np.argpartition(-scores, self.top_k - 1, axis=1)[:, : self.top_k]
+        return self.groups[top].reshape(zn.shape[0], -1)
+
+    def __call__(self, ops: Ops, zn: np.ndarray) -> np.ndarray:
+        """Post-norm drafter state (M, n_embd) -> logits (M, n_vocab); the selected ids' logits come from the same
+        matmul kernel as the dense head on the same rows (gathered), so they equal the dense head's there."""
+        ids = self.select(ops, zn)
+        te, out = self.token_embd, np.empty((zn.shape[0], self.n_vocab), np.float32)
+        for i in range(zn.shape[0]):
+            rows = object.__new__(Linear)  # the selected rows, contiguous (np.take: 3x a fancy-index copy)
+            rows.name, rows.wtype, rows.n_out, rows.n_in = te.name, te.wtype, ids.shape[1], te.n_in
+            rows.w = np.take(te.w, ids[i], axis=0)
+            sel = ops.matmul(rows, zn[i : i + 1])
+            out[i].fill(sel.min() - np.float32(1.0))
+            out[i, ids[i]] = sel[0]
+        return out
+
+
 class Assistant:
     arch = "gemma4-assistant"
 
@@ -75,12 +126,19 @@ class Assistant:
         self.pre_projection = linear(f, "nextn.pre_projection.weight", c.n_embd, 2 * self.n_embd_out)
         self.post_projection = linear(f, "nextn.post_projection.weight", self.n_embd_out, c.n_embd)
         self.blk = [Block(f, c, il, target, self.rope_freqs) for il in range(c.n_layer)]
+        has = [n in f.tensors for n in ("masked_embd_centroids.weight", "masked_embd_ordering")]
+        if has[0] != has[1]:
+            raise ProviderError(f"{f.path}: has only one of masked_embd_centroids.weight and masked_embd_ordering")
+        self.centroid_head = CentroidHead(f, self.token_embd, c.n_vocab, c.n_embd) if all(has) else None
         if requantize:
             for b in self.blk:
                 to_q8_0(b)
             self.token_embd = self.token_embd.as_q8_0()
             self.pre_projection = self.pre_projection.as_q8_0()
             self.post_projection = self.post_projection.as_q8_0()
+            if self.centroid_head is not None:
+                self.centroid_head.centroids = self.centroid_head.centroids.as_q8_0()
+                self.centroid_head.token_embd = self.token_embd
 
     def step(self, tokens: np.ndarray, h: np.ndarray, pos: int, cache: KVCache) -> tuple[np.ndarray, np.ndarray]:
         """tokens int32 (M,), h float32 (M, n_embd_target), all at position `pos`, reading the target cache's first
@@ -95,7 +153,8 @@ class Assistant:
             sandwich_mlp(ops, b, z, c.eps)
             z *= b.out_scale
         zn = ops.rms_norm(z, self.output_norm, c.eps)
-        return self.token_embd(ops, zn), self.post_projection(ops, zn)
+        head = self.centroid_head if self.centroid_head is not None else self.token_embd
+        return head(ops, zn), self.post_projection(ops, zn)
 
 
 def load_assistant(f: GGUFFile, ops: Ops, target: object, requantize: bool = True) -> Assistant:

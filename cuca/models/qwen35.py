@@ -81,9 +81,9 @@ class Config:
         )
         if int(opt(f, "attention.value_length", head_dim)) != head_dim:
             raise ProviderError(f"{f.path}: attention key and value lengths differ; not supported")
-        if c.k_heads != c.v_heads:
-            raise ProviderError(f"{f.path}: DeltaNet with {c.k_heads} key heads and {c.v_heads} value heads "
-                                "(head repetition) is not supported")
+        if c.k_heads < 1 or c.v_heads % c.k_heads:
+            raise ProviderError(f"{f.path}: DeltaNet with {c.k_heads} key heads and {c.v_heads} value heads: the "
+                                "value heads must be a multiple of the key heads")
         if int(opt(f, "ssm.inner_size", c.v_heads * c.d_state)) != c.v_heads * c.d_state:
             raise ProviderError(f"{f.path}: ssm.inner_size is not time_step_rank * state_size")
         if len(recurrent) != n_layer or c.n_nextn > 1 or c.conv < 1 or not 0 < c.n_rot <= head_dim:
@@ -388,6 +388,8 @@ class Model(Decoder):
             ops.silu(x)
             q = x[:, :kd].reshape(m, c.k_heads, ds)
             k = x[:, kd : 2 * kd].reshape(m, c.k_heads, ds)
+            if c.k_heads != c.v_heads:  # fewer key heads: the converter tiles V heads, value head j reads j % k_heads
+                q, k = np.tile(q, (1, c.v_heads // c.k_heads, 1)), np.tile(k, (1, c.v_heads // c.k_heads, 1))
             v = x[:, 2 * kd :].reshape(m, c.v_heads, ds)
             if chunk:
                 o = ops.empty((m, c.v_heads, ds))

@@ -56,20 +56,32 @@ PRESETS: dict[str, Preset] = {
             "gemma4",
             "ggml-org/gemma-4-E2B-it-GGUF",
             "gemma-4-E2B-it-Q4_0.gguf",
-            # size and hash as published for this commit of the repo (the hash pins the revision with it)
+            # size and hash as public sources give them for this commit of the repo
             size=2_841_481_184,
             sha256="8e30dff3ac4c8434c49a7036fa15564bdbb6044e42bf04550bf1a096ad7e6a52",
-            revision="858dcdf955fb1b5a43ed2301aea00362fc443a5c",
-            drafter="gemma4-e2b-mtp-f16",
+            revision="b4243c156154b6dca9324415f8c7ccc098b4aed1",
+            drafter="gemma4-e2b-mtp-q4_0",
+        ),
+        Preset(
+            "gemma4-e2b-mtp-q4_0",
+            "gemma4-assistant",
+            "ggml-org/gemma-4-E2B-it-GGUF",
+            "mtp-gemma-4-E2B-it-Q4_0.gguf",
+            sha256="718d3a44057924d5840c65a0aeedf7929366adeeda92a2006955ccabaf645ef4",
+            revision="b4243c156154b6dca9324415f8c7ccc098b4aed1",
+            pairs_with=("gemma4-e2b-q4_0",),
+            note="the drafter published beside the target (same repo and commit), llama.cpp's gemma4-assistant "
+                 "dialect; about 59.2 MB (exact size not in our sources); whether it has the centroid tensors is not "
+                 "in our sources (cuca uses them when present, else the full tied head)",
         ),
         Preset(
             "gemma4-e2b-mtp-f16",
             "gemma4-assistant",
             "unsloth/gemma-4-E2B-it-GGUF",
             "MTP/mtp-gemma-4-E2B-it-F16.gguf",
-            size=170_193_984,
             pairs_with=("gemma4-e2b-q4_0",),
-            note="four-layer MTP drafter that reads the target's K/V cache; sha256 not published in our sources",
+            note="four-layer MTP drafter that reads the target's K/V cache (unsloth also publishes BF16 and Q8_0 "
+                 "beside it); size, sha256 and whether it has the centroid tensors are not in our sources",
         ),
         Preset(
             "qwen3.5-0.8b-q8_0",

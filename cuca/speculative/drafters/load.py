@@ -38,6 +38,9 @@ def load_drafter(
     assert ds.source is not None
     path = ds.source.resolve()
     f = open_gguf(path)
+    from ...models.dialects import check_dialect
+
+    check_dialect(f)
     if f.architecture == "gemma4-assistant":
         from ...models.gemma4_assistant import load_assistant
         from .assistant import AssistantDrafter
