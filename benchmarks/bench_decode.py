@@ -1,5 +1,6 @@
-"""Plain decode tokens/s, cuca vs llama.cpp (llama-cpp-python) side by side in one run, same file and threads;
-and the cost of one M-row forward pass relative to M = 1 (the verify sizes of speculative decoding).
+"""Plain decode tokens/s, cuca vs llama.cpp's native build (benchmarks/peer/build_llamacpp.sh: llama-bench tg)
+side by side in one run, same file and threads; the read bandwidth now and each engine's achieved GB/s; and the
+cost of one M-row forward pass relative to M = 1 (the verify sizes of speculative decoding; llama-bench pp M).
 
     python benchmarks/bench_decode.py [--model PRESET_OR_PATH ...] [--threads 2] [--tokens 64] [--reps 5]
 
@@ -15,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from cuca.bench import find_peer, read_bandwidth, weight_bytes_per_token
+from cuca.bench.bandwidth import achieved
 from cuca.engine import Engine
 from cuca.gguf import open_gguf
 from cuca.models import load_model
@@ -37,23 +40,6 @@ def cuca_decode(eng: Engine, prompt: list[int], n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def llama_decode(llm: Any, prompt: list[int], n: int) -> tuple[float, float]:
-    """(wall tok/s through llama-cpp-python, tok/s by llama.cpp's own eval timer: its engine alone)."""
-    import llama_cpp
-
-    llm.reset()
-    llm.eval(prompt)
-    n_vocab = llm.n_vocab()
-    llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,))
-        llm.eval([int(np.argmax(logits))])
-    wall = n / (time.perf_counter() - t0)
-    perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
-    return wall, perf.n_eval / (perf.t_eval_ms / 1e3)
-
-
 def cuca_pass(eng: Engine, prompt: list[int], m: int, logits: str, reps: int) -> float:
     """Best-of time (s) of one m-row forward after the prompt."""
     model, cache = eng.model, eng.cache
@@ -71,15 +57,10 @@ def cuca_pass(eng: Engine, prompt: list[int], m: int, logits: str, reps: int) ->
     return best
 
 
-def llama_pass(llm: Any, prompt: list[int], m: int, reps: int) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        llm.reset()
-        llm.eval(prompt)
-        t0 = time.perf_counter()
-        llm.eval([1000] * m)
-        best = min(best, time.perf_counter() - t0)
-    return best
+def _gbs(per_tok: int, tps: float, bw: dict[str, Any]) -> str:
+    a = achieved(per_tok, tps, bw.get("gbs"))
+    frac = a["of_read_bandwidth"]
+    return f"{a['gbs']:.1f} GB/s" + (f" ({frac:.0%} of read)" if frac else "")
 
 
 def fmt(xs: list[float]) -> str:
@@ -94,42 +75,40 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-llama", action="store_true", help="skip llama.cpp (cuca figures only)")
     a = ap.parse_args()
-    llama_cpp = None
-    if not a.no_llama:
-        import llama_cpp  # type: ignore[no-redef]
+    peer = None if a.no_llama else find_peer(a.threads)
+    if peer is None and not a.no_llama:
+        print("no native llama.cpp build: run benchmarks/peer/build_llamacpp.sh (llama.cpp figures skipped)")
+    if peer is not None:
+        print(f"llama.cpp: {peer.info()}")
+    bw = read_bandwidth(a.threads)
+    print(f"read bandwidth now, {a.threads} threads: {bw.get('gbs', bw.get('skipped'))} GB/s")
     for name in a.model:
         path = ModelSource.parse(name).resolve()
         eng = Engine(load_model(open_gguf(path), Ops(a.threads)), 512)
         prompt = [int(t) for t in np.random.default_rng(0).integers(300, 5000, PROMPT_IDS_LEN)]
-        llm = None
-        if llama_cpp is not None:
-            llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, n_batch=512, n_threads=a.threads, verbose=False)
-        ours, theirs, theirs_engine = [], [], []
+        ours, theirs = [], []
         cuca_decode(eng, prompt, 8)  # warm up page cache and threads
-        if llm is not None:
-            llama_decode(llm, prompt, 8)
-        for _ in range(a.reps):
+        for _ in range(a.reps):  # interleaved: both engines see the same load
             ours.append(cuca_decode(eng, prompt, a.tokens))
-            if llm is not None:
-                wall, engine = llama_decode(llm, prompt, a.tokens)
-                theirs.append(wall)
-                theirs_engine.append(engine)
-        print(f"\n== {path.name}  threads={a.threads}  {a.tokens} tokens x {a.reps} reps")
-        print(f"decode tok/s   cuca {fmt(ours)}", end="")
+            if peer is not None:
+                theirs += peer.decode(path, a.tokens)["samples_tps"]
+        per_tok = weight_bytes_per_token(path)
+        print(f"\n== {path.name}  threads={a.threads}  {a.tokens} tokens x {a.reps} reps  "
+              f"{per_tok / 1e6:.1f} MB of weights per token")
+        print(f"decode tok/s   cuca {fmt(ours)} = {_gbs(per_tok, statistics.median(ours), bw)}", end="")
         if theirs:
             ratio = statistics.median(ours) / statistics.median(theirs)
-            print(f"   llama.cpp {fmt(theirs)}   cuca/llama.cpp {ratio:.2f}x", end="")
+            print(f"\n   llama.cpp (llama-bench tg{a.tokens}) {fmt(theirs)} = "
+                  f"{_gbs(per_tok, statistics.median(theirs), bw)}   cuca/llama.cpp {ratio:.2f}x", end="")
         print()
-        if theirs_engine:
-            ratio = statistics.median(ours) / statistics.median(theirs_engine)
-            print(f"   llama.cpp engine timer only (no Python) {fmt(theirs_engine)}   cuca/that {ratio:.2f}x")
         print("pass cost vs M=1    " + "  ".join(f"M={m:<2d}" for m in (1, 2, 4, 8, 16)))
         passes: list[tuple[str, Any]] = [
             ("cuca (all logits)", lambda m, e=eng, p=prompt: cuca_pass(e, p, m, "all", a.reps * 2)),
             ("cuca (last logits)", lambda m, e=eng, p=prompt: cuca_pass(e, p, m, "last", a.reps * 2)),
         ]
-        if llm is not None:
-            passes.append(("llama.cpp (last)", lambda m, lm=llm, p=prompt: llama_pass(lm, p, m, a.reps * 2)))
+        if peer is not None:
+            pm = peer.pass_ms(path, (1, 2, 4, 8, 16), a.reps * 2)["ms"]
+            passes.append(("llama.cpp (last)", lambda m, t=pm: t[str(m)] / 1e3))
         for label, fn in passes:
             times = {m: fn(m) for m in (1, 2, 4, 8, 16)}
             print(f"{label:19s} " + "  ".join(f"{times[m] / times[1]:4.2f}" for m in (1, 2, 4, 8, 16))

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_decode import cuca_decode, cuca_pass, fmt, llama_decode, llama_pass
+from bench_decode import cuca_decode, cuca_pass, fmt
 
+from cuca.bench import find_peer
 from cuca.engine import Engine
 from cuca.gguf import open_gguf
 from cuca.models import load_model
@@ -56,33 +57,24 @@ def main() -> None:
     eng = Engine(load_model(open_gguf(tgt), Ops(a.threads)), 1024)
     assistant = load_assistant(open_gguf(dft), eng.model.ops, eng.model)
     prompt = [int(t) for t in np.random.default_rng(0).integers(300, 5000, 16)]
-    llm = None
-    if not a.no_llama:
-        import llama_cpp
-
-        llm = llama_cpp.Llama(model_path=str(tgt), n_ctx=1024, n_batch=512, n_threads=a.threads, logits_all=True,
-                              verbose=False)
+    peer = None if a.no_llama else find_peer(a.threads)  # llama.cpp's native build (benchmarks/peer/)
     cuca_decode(eng, prompt, 4)
-    if llm is not None:
-        llama_decode(llm, prompt, 4)
-    ours, theirs, theirs_engine = [], [], []
-    for _ in range(a.reps):
+    ours, theirs = [], []
+    for _ in range(a.reps):  # interleaved
         ours.append(cuca_decode(eng, prompt, a.tokens))
-        if llm is not None:
-            wall, engine = llama_decode(llm, prompt, a.tokens)
-            theirs.append(wall)
-            theirs_engine.append(engine)
+        if peer is not None:
+            theirs += peer.decode(tgt, a.tokens)["samples_tps"]
     print(f"== {tgt.name}  threads={a.threads}  {a.tokens} tokens x {a.reps} reps")
     line = f"decode tok/s   cuca {fmt(ours)}"
     if theirs:
         ratio = statistics.median(ours) / statistics.median(theirs)
-        line += f"   llama.cpp {fmt(theirs)}   cuca/llama.cpp {ratio:.2f}x"
-        line += f"   (llama.cpp engine timer only: {fmt(theirs_engine)})"
+        line += f"   llama.cpp (native llama-bench tg{a.tokens}) {fmt(theirs)}   cuca/llama.cpp {ratio:.2f}x"
     print(line)
     rows = [("cuca", lambda m: cuca_pass(eng, prompt, m, "all", a.reps * 2))]
-    if llm is not None:
-        rows.append(("llama.cpp", lambda m: llama_pass(llm, prompt, m, a.reps * 2)))
-    print("verify pass (logits for every row) vs M=1   " + "  ".join(f"M={m}" for m in MS))
+    if peer is not None:
+        pm = peer.pass_ms(tgt, MS, a.reps * 2)["ms"]
+        rows.append(("llama.cpp", lambda m: pm[str(m)] / 1e3))  # llama-bench pp M: the last row's logits
+    print("pass vs M=1 (cuca: logits for every row)   " + "  ".join(f"M={m}" for m in MS))
     step = {}
     for label, fn in rows:
         times = {m: fn(m) for m in MS}

@@ -156,9 +156,9 @@ def write_format_model(path: Path, fmt: str) -> Path:
 
 def pass_costs(folder: Path, formats: list[str], threads: int, reps: int = 3, ms: list[int] | None = None,
                llama: bool = True, log=print) -> dict[str, dict]:  # type: ignore[no-untyped-def]
-    """Per format: M-row pass times (ms, best of reps, logits for every row) for cuca and llama.cpp, and their cost
-    relative to M = 1."""
-    from cuca.bench import LlamaRunner, llama_available
+    """Per format: M-row pass times (ms, best of reps) for cuca (logits for every row) and llama.cpp's native build
+    (llama-bench pp M, same run), and their cost relative to M = 1."""
+    from cuca.bench import PeerError, find_peer
     from cuca.engine import Engine
     from cuca.gguf import open_gguf
     from cuca.models import load_model
@@ -184,14 +184,12 @@ def pass_costs(folder: Path, formats: list[str], threads: int, reps: int = 3, ms
                 ours[m] = min(ours[m], (time.perf_counter() - t0) * 1e3)
         res["cuca"] = ours
         del eng
-        if llama and llama_available():
+        peer = find_peer(threads) if llama else None
+        if peer is not None:
             try:
-                lr = LlamaRunner(path, threads, n_ctx=256)
-            except Exception as e:  # noqa: BLE001
-                log(f"  llama.cpp could not load {path.name}: {e}")
-            else:
-                res["llama.cpp"] = lr.pass_ms(prompt, ms, reps)
-                lr.close()
+                res["llama.cpp"] = {int(m): v for m, v in peer.pass_ms(path, ms, reps)["ms"].items()}
+            except PeerError as e:
+                log(f"  llama.cpp could not run {path.name}: {e}")
         out[fmt] = {who: {"ms": {str(m): round(v, 3) for m, v in t.items()},
                           "cost": {str(m): round(v / t[1], 3) for m, v in t.items()}} for who, t in res.items()}
         for who, t in res.items():

@@ -5,8 +5,8 @@ step (head over the first 65,536 ids) against a target step.
     python benchmarks/bench_qwen35.py [--threads 2] [--path FILE] [--n-decode 32] [--reps 5] [--no-llama]
 
 The file is generated on the first run (tools/synth_qwen35.py, about 0.9 GB, a minute or two) and reused.
-llama.cpp runs through llama-cpp-python when installed: decode steps of 1 token and passes of 4 tokens with logits
-for every row (its cache just grows; the rows are the same work as a verify pass).
+llama.cpp runs from its native build (benchmarks/peer/build_llamacpp.sh): llama-bench tg, and pp1 / pp4 (the last
+row's logits, from an empty context), measured in the same run.
 """
 
 from __future__ import annotations
@@ -78,33 +78,19 @@ def bench_cuca(path: Path, threads: int, n_decode: int, reps: int, prompt: np.nd
             "trim_s": med(back)}
 
 
-def bench_llama(path: Path, threads: int, n_decode: int, reps: int, prompt: np.ndarray) -> dict[str, float] | str:
+def bench_llama(path: Path, threads: int, n_decode: int, reps: int) -> dict[str, float] | str:
+    """llama.cpp's native build (benchmarks/peer/build_llamacpp.sh): llama-bench tg and pp1 / pp4, this run."""
+    from cuca.bench import PeerError, find_peer
+
+    peer = find_peer(threads)
+    if peer is None:
+        return "no native llama.cpp build (benchmarks/peer/build_llamacpp.sh)"
     try:
-        import llama_cpp
-    except ImportError:
-        return "llama-cpp-python is not installed"
-    try:
-        llm = llama_cpp.Llama(str(path), n_threads=threads, n_threads_batch=threads, n_ctx=1024, n_batch=512,
-                              logits_all=True, verbose=False)
-    except Exception as e:  # noqa: BLE001 - report any load failure
-        return f"llama.cpp cannot load the file: {e}"
-    llm.eval(prompt.tolist())
-    tok = int(prompt[-1])
-    llm.eval([tok])
-    t0 = time.perf_counter()
-    for _ in range(n_decode):
-        llm.eval([tok])
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1])) % 65536
-    decode_s = (time.perf_counter() - t0) / n_decode
-    one, four = [], []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        llm.eval([tok])
-        one.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        llm.eval([tok, 11, 12, 13])
-        four.append(time.perf_counter() - t0)
-    return {"decode_s": decode_s, "one_s": med(one), "four_s": med(four)}
+        tps = peer.decode(path, n_decode, reps)["samples_tps"]
+        pm = peer.pass_ms(path, [1, 4], reps)["ms"]
+    except PeerError as e:
+        return f"llama.cpp could not run the file: {e}"
+    return {"decode_s": 1 / med(tps), "one_s": pm["1"] / 1e3, "four_s": pm["4"] / 1e3}
 
 
 def main() -> None:
@@ -123,7 +109,7 @@ def main() -> None:
     prompt = np.random.default_rng(1).integers(0, 65536, 32).astype(np.int32)
     c = bench_cuca(a.path, a.threads, a.n_decode, a.reps, prompt)
     gc.collect()
-    ll = None if a.no_llama else bench_llama(a.path, a.threads, a.n_decode, a.reps, prompt)
+    ll = None if a.no_llama else bench_llama(a.path, a.threads, a.n_decode, a.reps)
     print(f"\nqwen35 0.8B synthetic Q8_0, {a.threads} threads")
     print(f"{'':28}{'cuca':>12}{'llama.cpp':>12}")
 

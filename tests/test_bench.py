@@ -137,16 +137,85 @@ def test_plot_writes_png(tmp_path: Path) -> None:
     assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_llama_prompt_lookup_loop_is_exact(pair: tuple[Path, Path]) -> None:
-    """llama.cpp driven by the same prompt-lookup drafter yields its own plain greedy tokens."""
-    pytest.importorskip("llama_cpp")
-    lr = B.LlamaRunner(pair[0], 1, n_ctx=256)
-    try:
-        ids = [2] + [int(t) for t in np.random.default_rng(0).integers(300, 380, 12)] * 2
-        _, want, _ = lr.generate(ids, 24)
-        _, got, st = lr.generate(ids, 24, draft_tokens=3)
-        assert got == want and st.rounds > 0
-        costs = lr.pass_ms(ids, [1, 2], 1)
-        assert set(costs) == {1, 2}
-    finally:
-        lr.close()
+BENCH_JSON = """[
+  {"build_commit": "0c1e570", "model_filename": "m.gguf", "n_threads": 2, "n_prompt": 4, "n_gen": 0,
+   "avg_ns": 3000000, "samples_ns": [2000000, 4000000], "samples_ts": [2000.0, 1000.0]},
+  {"build_commit": "0c1e570", "model_filename": "m.gguf", "n_threads": 2, "n_prompt": 0, "n_gen": 16,
+   "avg_ns": 200000000, "samples_ns": [200000000], "samples_ts": [80.0]}
+]"""
+
+SPEC_OUT = """main: loading
+encoded   12 tokens in    0.050 seconds, speed:  240.000 t/s
+decoded  130 tokens in    5.000 seconds, speed:   26.000 t/s
+
+n_draft   = 3
+n_predict = 130
+n_drafted = 150
+n_accept  = 80
+accept    = 53.333%
+"""
+
+
+class _Short(_Fixed):
+    def propose(self, history: list[int], n: int) -> Proposal:
+        return Proposal([7] * (len(history) % 3), None)  # 0, 1 or 2 drafts, fewer than n
+
+
+def test_controlled_drafter_proposes_no_more_than_the_inner_drafter() -> None:
+    d = B.ControlledDrafter(_Short(), 1.0)
+    d.expect(2, list(range(100)), seed=0)
+    for k in range(3, 30):
+        inner = k % 3
+        assert len(d.propose([0] * k, 3).tokens) == inner
+    assert "P^i" in B.ACCEPTANCE_SHAPE and "never padded" in B.ACCEPTANCE_SHAPE
+
+
+def test_parse_llama_bench_output() -> None:
+    recs = B.parse_llama_bench("llama-bench: some log line\n" + BENCH_JSON)
+    assert [(r["n_prompt"], r["n_gen"]) for r in recs] == [(4, 0), (0, 16)]
+    assert recs[0]["samples_ms"] == [2.0, 4.0] and recs[1]["samples_tps"] == [80.0]
+    assert recs[0]["build_commit"] == "0c1e570"
+    with pytest.raises(B.PeerError):
+        B.parse_llama_bench("no json here")
+    with pytest.raises(B.PeerError):
+        B.parse_llama_bench('[{"n_prompt": 1}]')
+
+
+def test_parse_speculative_and_the_modelled_speedup() -> None:
+    r = B.parse_speculative(SPEC_OUT)
+    assert (r["decoded"], r["n_drafted"], r["n_accept"], r["rounds"]) == (130, 150, 80, 50)
+    assert r["round_ms"] == pytest.approx(100.0) and r["tokens_per_round"] == pytest.approx(2.6)
+    with pytest.raises(B.PeerError):
+        B.parse_speculative("crashed")
+    llama = {"spec_round_ms": 100.0, "plain_step_ms": 40.0, "categories": {"code": {"n_draft": 3}}}
+    at = B.llama_at_acceptance(llama, 2.5, 3)
+    assert at is not None and at["modelled"] and at["speedup"] == pytest.approx(1.0)
+    assert B.llama_at_acceptance(llama, 2.5, 2) is None  # measured at another round length: not modelled
+    assert B.llama_at_acceptance({"categories": {}}, 2.5, 3) is None
+
+
+def test_weight_bytes_per_token(pair: tuple[Path, Path]) -> None:
+    from cuca.bench.bandwidth import achieved
+    from cuca.gguf import open_gguf
+
+    f = open_gguf(pair[0])
+    n = B.weight_bytes_per_token(pair[0])
+    lookups = sum(t.nbytes for t in f if "token_embd" in t.name and t.name != "token_embd.weight")
+    assert 0 < n <= sum(t.nbytes for t in f if len(t.shape) >= 2) - lookups
+    a = achieved(1_000_000_000, 20.0, 40.0)
+    assert a == {"gbs": 20.0, "of_read_bandwidth": 0.5}
+
+
+def test_native_peer_runs_when_built() -> None:
+    """The native llama.cpp build (benchmarks/peer/build_llamacpp.sh), when present, gives same-run figures."""
+    if B.peer_bin() is None:
+        pytest.skip("no native llama.cpp build (benchmarks/peer/build_llamacpp.sh)")
+    from conftest import real_model_path
+
+    peer = B.find_peer(1)
+    assert peer is not None
+    path = real_model_path("smollm2")
+    d = peer.decode(path, 4)
+    assert d["samples_tps"][0] > 0 and "llama-bench" in d["source"]
+    pm = peer.pass_ms(path, [1, 2], 1)
+    assert set(pm["ms"]) == {"1", "2"}

@@ -1,15 +1,14 @@
 """`cuca bench`: is speculation faster here, and than what? See report.py for the command line."""
 
+from .bandwidth import read_bandwidth, weight_bytes_per_token
 from .core import (
-    ANCHOR_DRAFT_MS,
-    ANCHOR_ITERATION_MS,
+    ACCEPTANCE_SHAPE,
     CATEGORIES,
     PASS_TOKEN,
     PRODUCT_PAGE,
     PROMPTS,
     PUBLISHED,
     PUBLISHED_DRAFT_TOKENS,
-    SUSPECT_PASS_COST,
     AlwaysDraft,
     Bench,
     ControlledDrafter,
@@ -28,14 +27,12 @@ from .core import (
     stderr_log,
 )
 from .llama import (
-    LlamaRunner,
-    anchor_at_acceptance,
     cuca_pass_ms,
     llama_at_acceptance,
-    llama_available,
     modelled_speedup,
     run_llama,
 )
+from .peer import Peer, PeerError, find_peer, parse_llama_bench, parse_speculative, peer_bin
 from .report import (
     BenchOptions,
     add_bench_arguments,
@@ -49,30 +46,33 @@ from .report import (
 )
 
 __all__ = [
-    "ANCHOR_DRAFT_MS",
-    "ANCHOR_ITERATION_MS",
+    "ACCEPTANCE_SHAPE",
+    "Peer",
+    "PeerError",
+    "find_peer",
+    "parse_llama_bench",
+    "parse_speculative",
+    "peer_bin",
+    "read_bandwidth",
+    "weight_bytes_per_token",
     "AlwaysDraft",
     "Bench",
     "BenchOptions",
     "CATEGORIES",
     "ControlledDrafter",
-    "LlamaRunner",
     "PASS_TOKEN",
     "PRODUCT_PAGE",
     "PROMPTS",
     "PUBLISHED",
     "PUBLISHED_DRAFT_TOKENS",
     "Run",
-    "SUSPECT_PASS_COST",
     "_draft_summary",
     "add_bench_arguments",
     "add_bench_parser",
-    "anchor_at_acceptance",
     "cuca_pass_ms",
     "expected_rate",
     "format_report",
     "llama_at_acceptance",
-    "llama_available",
     "main",
     "median",
     "modelled_speedup",

@@ -3,17 +3,15 @@
 For a target (+ drafter), greedy 128-token replies to prompts in three categories (code, list, prose), plain and
 speculative runs interleaved in one process, several repetitions. Reported: tokens/s medians with their spread,
 the speedup per category, acceptance rate and mean tokens per round, the governor's decisions, and llama.cpp's
-figures on the same file (through llama-cpp-python) where it can run them.
+figures on the same file from its native build (peer.py), measured in the same run.
 
-Controlled acceptance (for files whose weights are synthetic, where a real drafter is never right): the drafter's
-real computation runs, then each proposed token is replaced by the target's own next token with probability P
-(taken from a plain greedy run of the same prompt), else by a token that is certainly wrong. At draft_tokens n the
-expected acceptance rate is then (P + P^2 + ... + P^n) / n, because a round stops at its first wrong draft.
+Controlled acceptance (for files whose weights are synthetic, where a real drafter is never right): see
+ACCEPTANCE_SHAPE.
 
 Sections (each optional): categories (the table), a sweep of tokens/s over draft_tokens, a speedup-vs-acceptance
 curve (controlled), a poorly-accepted drafter run with the governor against plain decoding (issue 6 item 3), and
-llama.cpp: plain decode, the cost of an M-row verify pass, prompt-lookup speculation with the same drafter, and its
-speedup at a given acceptance computed from its verify and draft costs.
+llama.cpp (native build): plain decode, the cost of an M-row pass, its own speculation on the same pair, and its
+speedup at a given acceptance modelled from its round and plain-step costs measured in the same run.
 """
 
 from __future__ import annotations
@@ -73,18 +71,16 @@ PRODUCT_PAGE: dict[str, dict[str, float]] = {
     "gemma4": {"code": 1.17, "list": 1.37, "prose": 1.00},
     "qwen35": {"code": 1.62, "list": 1.18, "prose": 0.98},
 }
-# llama.cpp's MTP draft cost on this machine (shared/specs/perf-anchor.md section 7, t=2, n_draft 3): ms per draft
-# step and ms per plain step, measured together; llama-cpp-python cannot run these drafters, so the draft cost used
-# for llama.cpp is this ratio times the plain step measured now.
 PASS_TOKEN = 1000  # the token fed M times in a timed M-row pass
 
-ANCHOR_DRAFT_MS: dict[str, tuple[float, float]] = {"gemma4": (9.1, 55.7), "qwen35": (14.3, 46.7)}
-# The same section's full iteration at n_draft 3, measured with llama.cpp's own native build (llama-speculative-simple
-# and llama-completion): (verify ms of the 4-row batch, draft ms per step, plain step ms). A second estimate of
-# llama.cpp's speedup that does not depend on the llama-cpp-python wheel's multi-row path.
-ANCHOR_ITERATION_MS: dict[str, tuple[float, float, float]] = {"gemma4": (137.1, 9.1, 55.7),
-                                                               "qwen35": (102.3, 14.3, 46.7)}
-SUSPECT_PASS_COST = 4.0  # a 2-row pass costing more than this many 1-row passes is not a sane measurement
+
+# What controlled acceptance simulates, stated in the report beside its figures.
+ACCEPTANCE_SHAPE = (
+    "controlled acceptance: the drafter's real computation runs and proposes k <= draft_tokens tokens (never padded "
+    "to draft_tokens); each of the k is then replaced, independently, by the target's own next token (from a plain "
+    "greedy run of the same prompt) with probability P, else by a token certain to be wrong. A round stops at its "
+    "first wrong draft, so draft i (1-based) is accepted with probability P^i: a geometric per-position shape, "
+    "expected acceptance rate (P + P^2 + ... + P^k) / k when the drafter proposes k")
 
 
 # ---- numbers ------------------------------------------------------------------------------------------------------
@@ -123,8 +119,9 @@ def published_probability(arch: str, n: int = PUBLISHED_DRAFT_TOKENS) -> float |
 
 # ---- drafting stand-ins ---------------------------------------------------------------------------------------------
 class ControlledDrafter:
-    """Wraps a drafter: its real computation runs, then each proposed token is replaced by the target's own next
-    token with probability `probability`, else by the drafter's token when that is wrong, else by a wrong one. Call
+    """Wraps a drafter: its real computation runs, then each token it proposed (no more: a lookup drafter that
+    found nothing proposes nothing) is replaced by the target's own next token with probability `probability`, else
+    by the drafter's token when that is wrong, else by a wrong one (ACCEPTANCE_SHAPE). Call
     `expect(prompt_len, reference, seed)` before each request with the target's greedy continuation."""
 
     def __init__(self, inner: Drafter, probability: float, seed: int = 0):
@@ -150,14 +147,13 @@ class ControlledDrafter:
         inner = list(self.inner.propose(history, n).tokens)  # the real cost is paid
         k = len(history) - self.prompt_len  # the reference index of the token that follows history
         out: list[int] = []
-        for i in range(n):
+        for i, tok in enumerate(inner[:n]):  # as many drafts as the inner drafter proposed this round
             if k + i >= len(self.reference):
                 break
             true = self.reference[k + i]
             if self.rng.random() < self.probability:
                 out.append(true)
             else:
-                tok = inner[i] if i < len(inner) else true
                 out.append(tok if tok != true else (true - 1 if true > 0 else true + 1))
         return Proposal(out, None)
 

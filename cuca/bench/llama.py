@@ -1,10 +1,9 @@
-"""llama.cpp through llama-cpp-python on the same files: plain decode, M-row pass costs, and its speculative
-speedup modelled from measured verify and draft costs."""
-
+"""llama.cpp on the same files, through its own native build (peer.py), measured in the same run as cuca's figures
+and interleaved with them: plain decode, M-row pass costs, its own speculation on the same pair, and its speedup at
+a chosen acceptance modelled from costs measured in this run (labelled "modelled"). Every figure has a source."""
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,197 +11,117 @@ from typing import Any
 
 import numpy as np
 
-from ..speculative.drafters.prompt_lookup import PromptLookupDrafter
-from ..speculative.stats import RequestDraftStats
-from .core import (
-    ANCHOR_DRAFT_MS,
-    ANCHOR_ITERATION_MS,
-    PASS_TOKEN,
-    PROMPTS,
-    PUBLISHED_DRAFT_TOKENS,
-    SUSPECT_PASS_COST,
-    Bench,
-    Log,
-    Run,
-    _draft_summary,
-    _quiet,
-    _rnd,
-    median,
-    spread,
-)
+from .core import PASS_TOKEN, PROMPTS, Bench, Log, _quiet, _rnd, median, spread
+from .peer import BUILD_SCRIPT, Peer, PeerError, find_peer, spec_type_for
 
 
-def llama_available() -> bool:
-    try:
-        import llama_cpp  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
-class LlamaRunner:
-    """llama.cpp through llama-cpp-python, driven like cuca: greedy arg-max over logits it returns for every row,
-    the same prompt-lookup drafter, a verify pass of [fed, *drafts] and a cache trim after a rejection."""
-
-    def __init__(self, path: Path, threads: int, n_ctx: int = 512):
-        import llama_cpp
-
-        self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512, n_threads=threads,
-                                   logits_all=True, verbose=False)
-
-    def _row(self, i: int) -> np.ndarray:
-        return np.asarray(self.llm.scores[i])
-
-    def generate(self, prompt: list[int], n: int, draft_tokens: int = 0) -> tuple[float, list[int], RequestDraftStats]:
-        """(decode tokens/s after the first token, tokens, draft stats); draft_tokens > 0 drafts by prompt lookup."""
-        llm = self.llm
-        llm.reset()
-        llm.eval(prompt)
-        out = [int(np.argmax(self._row(llm.n_tokens - 1)))]
-        history = list(prompt) + out
-        drafter = PromptLookupDrafter() if draft_tokens else None
-        stats = RequestDraftStats()
-        t0 = time.perf_counter()
-        while len(out) < n:
-            k = min(draft_tokens, n - len(out) - 1)
-            drafts = list(drafter.propose(history, k).tokens[:k]) if drafter is not None and k > 0 else []
-            base = llm.n_tokens
-            llm.eval([out[-1], *drafts])
-            preds = [int(np.argmax(self._row(base + i))) for i in range(len(drafts) + 1)]
-            acc = 0
-            while acc < len(drafts) and drafts[acc] == preds[acc]:
-                acc += 1
-            if acc < len(drafts):
-                llm.n_tokens = base + 1 + acc
-                llm._ctx.kv_cache_seq_rm(-1, llm.n_tokens, -1)
-            if drafts:
-                stats.record_round(len(drafts), acc)
-            new = drafts[:acc] + [preds[acc]]
-            out += new
-            history += new
-        dt = time.perf_counter() - t0
-        out = out[:n]
-        return (len(out) - 1) / dt if dt > 0 else 0.0, out, stats
-
-    def pass_ms(self, prompt: list[int], ms: Sequence[int], reps: int) -> dict[int, float]:
-        """Best time (ms) of one M-row pass after the prompt, logits for every row (as a verify pass needs)."""
-        llm = self.llm
-        best = dict.fromkeys(ms, float("inf"))
-        tok = min(PASS_TOKEN, llm.n_vocab() - 1)
-        for _ in range(reps):
-            for m in ms:  # the sizes take turns, so machine load hits them alike
-                llm.reset()
-                llm.eval(prompt)
-                t0 = time.perf_counter()
-                llm.eval([tok] * m)
-                best[m] = min(best[m], (time.perf_counter() - t0) * 1e3)
-        return best
-
-    def close(self) -> None:
-        self.llm.close()
-        del self.llm
-        gc.collect()
-
-
-def cuca_pass_ms(b: Bench, prompt: list[int], ms: Sequence[int], reps: int) -> dict[int, float]:
-    """Best time (ms) of one M-row forward pass after the prompt, logits for every row (a verify pass)."""
+def cuca_pass_ms(b: Bench, prompt: list[int], ms: Sequence[int], reps: int, logits: str = "all") -> dict[int, float]:
+    """Best time (ms) of one M-row forward pass after the prompt; logits "all" (a verify pass) or "last"."""
     eng = b.lm.engine
     cache = eng.cache
     best = dict.fromkeys(ms, float("inf"))
     tok = min(PASS_TOKEN, int(b.lm.model.n_vocab) - 1)
     for _ in range(reps):
-        for m in ms:
+        for m in ms:  # the sizes take turns, so machine load hits them alike
             cache.reset()
             eng.prefill(prompt)
             toks, pos = np.full(m, tok, np.int32), np.arange(cache.n, cache.n + m, dtype=np.int32)
             t0 = time.perf_counter()
-            eng.model.forward(toks, pos, cache, "all")
+            eng.model.forward(toks, pos, cache, logits)
             best[m] = min(best[m], (time.perf_counter() - t0) * 1e3)
     cache.reset()
     return best
 
 
-def modelled_speedup(tokens_per_round: float, verify_ms: float, plain_ms: float, draft_ms: float, n: int) -> float:
-    """Speculative over plain throughput when a round (n draft steps + one (n+1)-row verify) yields
-    `tokens_per_round` tokens and a plain step costs plain_ms."""
-    return tokens_per_round * plain_ms / (verify_ms + n * draft_ms)
+def modelled_speedup(tokens_per_round: float, round_ms: float, plain_ms: float) -> float:
+    """Speculative over plain throughput when a round (its drafts + one verify) costs round_ms and yields
+    `tokens_per_round` tokens, and a plain step costs plain_ms."""
+    return tokens_per_round * plain_ms / round_ms
+
+
+def _drafter_file(b: Bench) -> Path | None:
+    ds = b.lm.drafter_source
+    return Path(ds.source.resolve()) if ds is not None and ds.kind == "file" and ds.source is not None else None
+
+
+def _spec_runs(peer: Peer, b: Bench, stype: str, texts: Sequence[str], n: int, log: Log) -> dict[str, Any]:
+    runs = []
+    for text in texts:
+        runs.append(peer.speculative(b.path, stype, text, n, b.draft_tokens, _drafter_file(b)))
+    acc, dr = sum(r["n_accept"] for r in runs), sum(r["n_drafted"] for r in runs)
+    out = {"spec_tps": _rnd(median([r["tps"] for r in runs]), 2), "spec_tps_range": spread([r["tps"] for r in runs]),
+           "round_ms": _rnd(median([r["round_ms"] for r in runs]), 3), "n_draft": b.draft_tokens,
+           "acceptance_rate": _rnd(acc / dr if dr else None), "drafted": dr, "accepted": acc,
+           "tokens_per_round": _rnd(sum(r["decoded"] for r in runs) / sum(r["rounds"] for r in runs)),
+           "spec_type": stype, "source": runs[0]["source"] if runs else None}
+    log(f"  llama.cpp spec ({stype}): {out['spec_tps']} tok/s, acceptance {out['acceptance_rate']}")
+    return out
 
 
 def run_llama(b: Bench, prompts: dict[str, list[str]], reps: int, max_tokens: int, ms: Sequence[int],
               pass_reps: int = 5, log: Log = _quiet) -> dict[str, Any]:
-    """llama.cpp on the same file: per category plain decode (and prompt-lookup speculation with the same drafter,
-    when the bench's drafter is prompt lookup), interleaved with cuca plain runs; the cost of M-row passes."""
-    if not llama_available():
-        return {"skipped": "llama-cpp-python is not installed"}
+    """llama.cpp's native build on the same file, interleaved with cuca plain runs: per category plain decode and
+    its own speculation on the same pair (where it has a counterpart of the drafter); the cost of M-row passes."""
+    peer = find_peer(b.threads)
+    if peer is None:
+        return {"skipped": f"no native llama.cpp build (run {BUILD_SCRIPT}, or set CUCA_LLAMA_BIN)"}
+    stype = spec_type_for(b.drafter_kind)
     try:
-        lr = LlamaRunner(b.path, b.threads)
-    except Exception as e:  # the file's architecture or the vendored llama.cpp may not support it
-        return {"skipped": f"llama.cpp could not load {b.path.name}: {e}"}
-    try:
-        spec = b.drafter_kind == "prompt_lookup"
         cats: dict[str, Any] = {}
+        plain_src = spec_note = None
         for cat, texts in prompts.items():
-            plain, sp, cuca_plain, runs = [], [], [], []
+            plain, cuca_plain = [], []
             for _ in range(reps):
                 for text in texts:
-                    ids = b.encode(text)
-                    cuca_plain.append(b.plain(ids, max_tokens).tps)
-                    tps, want, _ = lr.generate(ids, max_tokens)
-                    plain.append(tps)
-                    if spec:
-                        stps, got, st = lr.generate(ids, max_tokens, b.draft_tokens)
-                        sp.append(stps)
-                        runs.append(Run(stps, got, st))
+                    cuca_plain.append(b.plain(b.encode(text), max_tokens).tps)
+                    d = peer.decode(b.path, max_tokens)
+                    plain += d["samples_tps"]
+                    plain_src = d["source"]
             c: dict[str, Any] = {"plain_tps": _rnd(median(plain), 2), "plain_tps_range": spread(plain),
                                  "cuca_plain_tps_same_time": _rnd(median(cuca_plain), 2),
-                                 "cuca_over_llama_plain": _rnd(median(cuca_plain) / median(plain))}
-            if spec:
-                c.update({"spec_tps": _rnd(median(sp), 2), "spec_tps_range": spread(sp),
-                          "speedup": _rnd(median(sp) / median(plain)), **_draft_summary(runs)})
+                                 "cuca_over_llama_plain": _rnd(median(cuca_plain) / median(plain)),
+                                 "plain_source": plain_src}
+            if stype is not None and spec_note is None:
+                try:
+                    s = _spec_runs(peer, b, stype, texts, max_tokens, log)
+                    c.update(s, speedup=_rnd(s["spec_tps"] / c["plain_tps"]) if s["spec_tps"] else None)
+                except PeerError as e:  # this llama.cpp version may not run the pair
+                    spec_note = f"llama-speculative-simple --spec-type {stype} could not run this pair: {e}"[:400]
             cats[cat] = c
-            log(f"  llama.cpp {cat:5s}: plain {median(plain):6.2f} tok/s" +
-                (f", spec {median(sp):6.2f} tok/s" if spec else ""))
-        prompt = b.encode(PROMPTS["prose"][0])
-        theirs = lr.pass_ms(prompt, ms, pass_reps)
-    finally:
-        lr.close()
+            log(f"  llama.cpp {cat:5s}: plain {median(plain):6.2f} tok/s")
+        theirs = peer.pass_ms(b.path, ms, pass_reps)
+    except PeerError as e:
+        return {"skipped": f"llama.cpp (native) could not run {b.path.name}: {e}"[:500], "peer": peer.info()}
+    prompt = b.encode(PROMPTS["prose"][0])
     ours = cuca_pass_ms(b, prompt, ms, pass_reps)
-    suspect = theirs.get(2, 0.0) > SUSPECT_PASS_COST * theirs[1]
+    ours_last = cuca_pass_ms(b, prompt, ms, pass_reps, "last")
+    pm = {"llama.cpp": {m: round(float(v), 3) for m, v in theirs["ms"].items()},
+          "cuca": {str(m): round(v, 3) for m, v in ours.items()},
+          "cuca (last row's logits)": {str(m): round(v, 3) for m, v in ours_last.items()}}
+    rounds = [c for c in cats.values() if c.get("round_ms")]
     return {
-        "categories": cats,
-        "pass_suspect": (f"llama.cpp's 2-row pass took {theirs.get(2, 0.0) / theirs[1]:.1f}x its 1-row pass: the "
-                         "llama-cpp-python build's multi-row path is pathological on this machine (native llama-bench "
-                         "measured 1.1-1.5x, perf-anchor.md section 3); its computed speedups are not comparable")
-        if suspect else None,
-        "pass_ms": {"llama.cpp": {str(m): round(v, 3) for m, v in theirs.items()},
-                    "cuca": {str(m): round(v, 3) for m, v in ours.items()}},
-        "pass_cost": {"llama.cpp": {str(m): round(v / theirs[1], 3) for m, v in theirs.items()},
-                      "cuca": {str(m): round(v / ours[1], 3) for m, v in ours.items()}},
-        "driver": "llama-cpp-python, logits for every row, greedy arg-max in Python as in cuca's loop",
+        "categories": cats, "peer": peer.info(), "spec_skipped": spec_note if stype else
+        f"llama.cpp has no counterpart of the {b.drafter_kind} drafter here",
+        "spec_round_ms": _rnd(median([c["round_ms"] for c in rounds]), 3) if rounds else None,
+        "plain_step_ms": _rnd(1e3 / median([c["plain_tps"] for c in cats.values()]), 3) if cats else None,
+        "pass_ms": pm,
+        "pass_cost": {who: {m: round(v / t["1"], 3) for m, v in t.items()} for who, t in pm.items() if "1" in t},
+        "provenance": {"llama.cpp pass_ms": theirs["source"],
+                       "cuca pass_ms": "cuca forward of M rows after the prose prompt, logits for every row (a "
+                                       "verify pass) and for the last row only; best of the same repetitions",
+                       "llama.cpp plain_tps": plain_src, "spec": rounds[0]["source"] if rounds else spec_note},
     }
 
 
-def anchor_at_acceptance(arch: str, tokens_per_round: float, n: int = PUBLISHED_DRAFT_TOKENS) -> float | None:
-    """llama.cpp's speedup at `tokens_per_round` from perf-anchor.md's native-build iteration costs (n = 3 only)."""
-    a = ANCHOR_ITERATION_MS.get(arch)
-    if a is None or n != PUBLISHED_DRAFT_TOKENS:
+def llama_at_acceptance(llama: dict[str, Any], tokens_per_round: float, n: int) -> dict[str, Any] | None:
+    """llama.cpp's speedup at `tokens_per_round`, MODELLED from its round cost (llama-speculative-simple, n drafts
+    per round) and plain step (llama-bench) measured in this run; None when either was not measured."""
+    round_ms, plain_ms = llama.get("spec_round_ms"), llama.get("plain_step_ms")
+    n_draft = next((c.get("n_draft") for c in llama.get("categories", {}).values() if c.get("n_draft")), None)
+    if round_ms is None or plain_ms is None or n_draft != n:
         return None
-    return round(modelled_speedup(tokens_per_round, a[0], a[2], a[1], n), 3)
-
-
-def llama_at_acceptance(arch: str, llama: dict[str, Any], tokens_per_round: float, n: int) -> dict[str, Any] | None:
-    """llama.cpp's speculative speedup at `tokens_per_round`, from its measured 1-row and (n+1)-row passes and the
-    anchor's draft-step cost (as a fraction of a plain step)."""
-    anchor = ANCHOR_DRAFT_MS.get(arch)
-    pm = llama.get("pass_ms", {}).get("llama.cpp", {})
-    if anchor is None or "1" not in pm or str(n + 1) not in pm:
-        return None
-    plain, verify = pm["1"], pm[str(n + 1)]
-    draft = anchor[0] / anchor[1] * plain
-    return {"tokens_per_round": round(tokens_per_round, 3), "speedup": round(
-        modelled_speedup(tokens_per_round, verify, plain, draft, n), 3), "plain_ms": plain, "verify_ms": verify,
-        "draft_ms": round(draft, 3), "draft_cost_source": f"perf-anchor.md section 7: {anchor[0]} ms per draft step "
-        f"over a {anchor[1]} ms plain step, scaled to the plain step measured now"}
-
-
-# ---- the whole bench of one pair ----------------------------------------------------------------------------------
+    return {"tokens_per_round": round(tokens_per_round, 3), "modelled": True,
+            "speedup": round(modelled_speedup(tokens_per_round, round_ms, plain_ms), 3),
+            "round_ms": round_ms, "plain_ms": plain_ms,
+            "source": f"modelled: tokens/round x plain step ms / round ms; round ms of llama-speculative-simple "
+                      f"(n_draft {n}) and plain step of llama-bench tg, both measured in this run"}

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from .bandwidth import achieved, read_bandwidth, weight_bytes_per_token
 from .core import (
+    ACCEPTANCE_SHAPE,
     CATEGORIES,
-    PRODUCT_PAGE,
     PROMPTS,
     PUBLISHED,
     Bench,
@@ -35,7 +36,7 @@ from .core import (
     spread,
     stderr_log,
 )
-from .llama import anchor_at_acceptance, llama_at_acceptance, run_llama
+from .llama import llama_at_acceptance, run_llama
 
 
 @dataclass
@@ -59,6 +60,7 @@ class BenchOptions:
     llama: bool = True
     pass_sizes: Sequence[int] = (1, 2, 3, 4, 5)
     name: str = ""
+    bandwidth: bool = True  # the machine's read bandwidth and each engine's achieved GB/s, in the same run
 
 
 def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
@@ -75,6 +77,8 @@ def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
     if b.lm.drafter is not None:
         log("categories")
         res.update(run_categories(b, prompts, o.reps, o.max_tokens, o.governed, o.controlled, log))
+        if o.controlled is not None or o.acceptance:
+            res["acceptance_shape"] = ACCEPTANCE_SHAPE
         if o.sweep:
             log("draft_tokens sweep")
             res["sweep"] = run_sweep(b, sweep_prompts, o.sweep, o.max_tokens, o.controlled, log)
@@ -94,42 +98,52 @@ def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
         ms = sorted(set(o.pass_sizes) | {1, o.draft_tokens + 1})
         res["llama"] = run_llama(b, prompts, max(1, o.reps // 2), o.max_tokens, ms, log=log)
     _attach_llama(res)
+    if o.bandwidth:
+        res["bandwidth"] = _bandwidth(res, b.path, b.threads)
     b.close()
     res["seconds"] = round(time.perf_counter() - t0, 1)
     return res
 
 
+def _bandwidth(res: dict[str, Any], path: Path, threads: int) -> dict[str, Any]:
+    """Read bandwidth now, weight bytes per token, and each engine's achieved GB/s from its plain decode medians."""
+    bw = read_bandwidth(threads)
+    per_tok = weight_bytes_per_token(path)
+    cats = res.get("categories", {}).values()
+    cuca_tps = median([c["plain_tps"] for c in cats if c.get("plain_tps")])
+    llama_tps = median([c["llama_plain_tps"] for c in cats if c.get("llama_plain_tps")])
+    gbs = bw.get("gbs")
+    return {"read": bw, "weight_bytes_per_token": per_tok,
+            "cuca": {"plain_tps": _rnd(cuca_tps, 2), **achieved(per_tok, cuca_tps, gbs)},
+            "llama.cpp": {"plain_tps": _rnd(llama_tps, 2), **achieved(per_tok, llama_tps, gbs)},
+            "source": "achieved GB/s = weight bytes per token (every matrix but the lookup tables, the tied "
+                      "embedding once as the LM head) x median plain tok/s of this run"}
+
+
 def _attach_llama(res: dict[str, Any]) -> None:
-    """Copy llama.cpp's figures next to cuca's per category, and its modelled speedups at the published level and
-    at each curve point."""
+    """Copy llama.cpp's figures next to cuca's per category, and its modelled speedups (from costs measured in
+    this run) at the published level and at each curve point."""
     llama = res.get("llama", {})
     for cat, c in llama.get("categories", {}).items():
         mine = res.get("categories", {}).get(cat)
         if mine is not None:
             mine["llama_plain_tps"] = c.get("plain_tps")
-            if "spec_tps" in c:
+            if c.get("spec_tps") is not None:
                 mine["llama_spec_tps"] = c["spec_tps"]
-                mine["llama_speedup"] = c["speedup"]
+                mine["llama_speedup"] = c.get("speedup")
+                mine["llama_acceptance_rate"] = c.get("acceptance_rate")
     arch, n = res["arch"], res["draft_tokens"]
     level = PUBLISHED.get(arch)
     if level is not None:
         tpr = level.get("tokens_per_round", 1 + n * level.get("acceptance_rate", 0.0))
-        at = llama_at_acceptance(arch, llama, tpr, n)
+        at = llama_at_acceptance(llama, tpr, n)
         if at is not None:
             res["llama_published"] = at
-        anchor = anchor_at_acceptance(arch, tpr, n)
-        if anchor is not None:
-            res["llama_published_anchor"] = {"tokens_per_round": round(tpr, 3), "speedup": anchor,
-                                              "source": "perf-anchor.md section 7 (native llama.cpp build, t=2, "
-                                                        "n_draft 3): verify, draft and plain step ms"}
     for p in res.get("curve", {}).get("points", []):
         if p.get("tokens_per_round") is not None:
-            at = llama_at_acceptance(arch, llama, p["tokens_per_round"], res["curve"]["draft_tokens"])
+            at = llama_at_acceptance(llama, p["tokens_per_round"], res["curve"]["draft_tokens"])
             if at is not None:
-                p["llama_speedup"] = at["speedup"]
-            anchor = anchor_at_acceptance(arch, p["tokens_per_round"], res["curve"]["draft_tokens"])
-            if anchor is not None:
-                p["llama_speedup_anchor"] = anchor
+                p["llama_speedup_modelled"] = at["speedup"]
 
 
 # ---- output -------------------------------------------------------------------------------------------------------
@@ -143,6 +157,8 @@ def format_report(res: dict[str, Any]) -> str:
              f"{res['reps']} reps x {res['prompts_per_category']} prompts"]
     if res.get("controlled_probability") is not None:
         lines.append(f"controlled acceptance: P = {res['controlled_probability']:.3f} per draft")
+    if res.get("acceptance_shape"):
+        lines.append(res["acceptance_shape"])
     lines.append(f"{'category':8s} {'plain tok/s':>20s} {'spec tok/s':>20s} {'speedup':>8s} {'accept':>7s} "
                  f"{'tok/round':>9s} {'llama plain':>11s} {'llama spec':>10s} {'llama x':>8s}")
     for cat, c in res.get("categories", {}).items():
@@ -165,22 +181,17 @@ def format_report(res: dict[str, Any]) -> str:
         lines.append(f"speedup vs acceptance (controlled, draft_tokens {res['curve']['draft_tokens']}, drafting every "
                      f"round):")
         lines.append(f"  {'P':>6s} {'accept':>7s} {'tok/round':>9s} {'plain':>7s} {'spec':>7s} {'cuca x':>7s} "
-                     f"{'llama x (here)':>14s} {'llama x (anchor)':>16s}")
+                     f"{'llama x (modelled)':>18s}")
         for p in res["curve"]["points"]:
             lines.append(f"  {p['probability']:6.3f} {_f(p['acceptance_rate'], '{:.0%}'):>7s} "
                          f"{_f(p['tokens_per_round']):>9s} {_f(p['plain_tps']):>7s} {_f(p['spec_tps']):>7s} "
-                         f"{_f(p['speedup'], '{:.2f}x'):>7s} {_f(p.get('llama_speedup'), '{:.2f}x'):>14s} "
-                         f"{_f(p.get('llama_speedup_anchor'), '{:.2f}x'):>16s}")
+                         f"{_f(p['speedup'], '{:.2f}x'):>7s} "
+                         f"{_f(p.get('llama_speedup_modelled'), '{:.2f}x'):>18s}")
     if "llama_published" in res:
         lp = res["llama_published"]
-        lines.append(f"llama.cpp at the published level ({lp['tokens_per_round']} tokens/round): {lp['speedup']:.2f}x "
-                     f"(verify {lp['verify_ms']:.1f} ms, plain step {lp['plain_ms']:.1f} ms, draft {lp['draft_ms']:.1f}"
-                     f" ms per step from {lp['draft_cost_source']})")
-    if "llama_published_anchor" in res:
-        la = res["llama_published_anchor"]
-        lines.append(f"llama.cpp at the published level from {la['source']}: {la['speedup']:.2f}x")
-    if (res.get("llama") or {}).get("pass_suspect"):
-        lines.append(f"WARNING: {res['llama']['pass_suspect']}")
+        lines.append(f"llama.cpp at the published level ({lp['tokens_per_round']} tokens/round), MODELLED: "
+                     f"{lp['speedup']:.2f}x (its round {lp['round_ms']:.1f} ms, plain step {lp['plain_ms']:.1f} ms, "
+                     "both measured in this run)")
     if "poor_drafter" in res:
         pd = res["poor_drafter"]
         lines.append(f"poorly-accepted drafter (P={pd['probability']}), governed vs plain side by side: "
@@ -193,12 +204,25 @@ def format_report(res: dict[str, Any]) -> str:
     if llama and "skipped" in llama:
         lines.append(f"llama.cpp: skipped ({llama['skipped']})")
     elif llama and "pass_cost" in llama:
+        pk = llama.get("peer", {})
+        lines.append(f"llama.cpp: native build {pk.get('pin')} at {pk.get('bin')}")
+        if llama.get("spec_skipped"):
+            lines.append(f"llama.cpp speculation: {llama['spec_skipped']}")
         pc = llama["pass_cost"]
-        ms = list(pc["cuca"])
-        lines.append("M-row pass (logits for every row) cost vs M=1:  " + "  ".join(f"M={m}" for m in ms))
-        for who in ("cuca", "llama.cpp"):
-            lines.append(f"  {who:10s} " + "  ".join(f"{pc[who][m]:4.2f}" for m in ms)
+        ms = list(pc.get("cuca", {}))
+        lines.append("M-row pass cost vs M=1:  " + "  ".join(f"M={m}" for m in ms))
+        for who in pc:
+            lines.append(f"  {who:26s} " + "  ".join(f"{pc[who].get(m, float('nan')):4.2f}" for m in ms)
                          + f"   (M=1: {llama['pass_ms'][who]['1']:.1f} ms)")
+    bw = res.get("bandwidth")
+    if bw:
+        rd = bw["read"]
+        lines.append(f"read bandwidth now: {_f(rd.get('gbs'))} GB/s ({rd.get('threads', '-')} threads)"
+                     if "gbs" in rd else f"read bandwidth: {rd.get('skipped')}")
+        for who in ("cuca", "llama.cpp"):
+            e = bw[who]
+            lines.append(f"  {who:10s} decode {_f(e['plain_tps'])} tok/s x {bw['weight_bytes_per_token'] / 1e6:.1f} "
+                         f"MB/token = {_f(e['gbs'])} GB/s ({_f(e['of_read_bandwidth'], '{:.0%}')} of read)")
     lines.append(f"({res.get('seconds', 0):.0f} s)")
     return "\n".join(lines)
 
@@ -222,11 +246,7 @@ def plot(results: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> Non
             ax.bar(xs + 0.2, [v or 0.0 for v in ll], 0.4, label="llama.cpp")
         lp = res.get("llama_published")
         if lp is not None:
-            ax.axhline(lp["speedup"], color="C1", ls="--", label="llama.cpp at the published level (computed)")
-        page = PRODUCT_PAGE.get(res["arch"])
-        if page and res.get("controlled_probability") is not None:
-            ax.scatter(xs - 0.2, [page[c] for c in cats], marker="_", s=400, color="k",
-                       label="product page (32 cores)")
+            ax.axhline(lp["speedup"], color="C1", ls="--", label="llama.cpp at the published level (modelled)")
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xticks(xs, cats)
         ax.set_ylabel("speedup over plain")
@@ -246,14 +266,10 @@ def plot(results: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> Non
         if "curve" in res:
             pts = [p for p in res["curve"]["points"] if p.get("acceptance_rate") is not None]
             ax.plot([p["acceptance_rate"] for p in pts], [p["speedup"] for p in pts], "o-", label="cuca (measured)")
-            la = [p for p in pts if p.get("llama_speedup_anchor") is not None]
-            if la:
-                ax.plot([p["acceptance_rate"] for p in la], [p["llama_speedup_anchor"] for p in la], "^:",
-                        color="C2", label="llama.cpp (perf-anchor native build costs)")
-            lp = [p for p in pts if p.get("llama_speedup") is not None]
+            lp = [p for p in pts if p.get("llama_speedup_modelled") is not None]
             if lp:
-                ax.plot([p["acceptance_rate"] for p in lp], [p["llama_speedup"] for p in lp], "s--",
-                        label="llama.cpp (from its verify + draft cost)")
+                ax.plot([p["acceptance_rate"] for p in lp], [p["llama_speedup_modelled"] for p in lp], "s--",
+                        label="llama.cpp (modelled from its costs measured in this run)")
             level = PUBLISHED.get(res["arch"])
             if level is not None:
                 n = res["curve"]["draft_tokens"]
@@ -299,7 +315,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", type=int, nargs="*", default=[1, 2, 3, 4], help="draft_tokens values for the sweep")
     p.add_argument("--poor-drafter", action="store_true",
                    help="governed run with a poorly-accepted (controlled P=0) drafter against plain decoding")
-    p.add_argument("--no-llama", action="store_true", help="skip llama.cpp")
+    p.add_argument("--no-llama", action="store_true", help="skip llama.cpp (its native build, peer.py)")
+    p.add_argument("--no-bandwidth", action="store_true", help="skip the read bandwidth and achieved GB/s")
     p.add_argument("--quick", action="store_true", help="1 rep, 1 prompt per category, 32 tokens, short sweep")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--png", default=None, help="write a chart here (needs matplotlib: pip install cuca[bench])")
@@ -310,7 +327,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 def options_from_args(a: argparse.Namespace) -> BenchOptions:
     o = BenchOptions(a.model, a.drafter, a.draft_tokens, a.threads, a.reps, a.max_tokens, a.prompts,
                      not a.no_governor, a.controlled, list(a.acceptance), list(a.sweep), poor_drafter=a.poor_drafter,
-                     llama=not a.no_llama)
+                     llama=not a.no_llama, bandwidth=not a.no_bandwidth)
     if a.quick:
         o.reps, o.prompts_per_category, o.max_tokens, o.poor_warmup, o.poor_reps = 1, 1, 32, 1, 1
         o.sweep = [n for n in o.sweep if n in (1, 3)] or list(o.sweep)[:1]

@@ -9,7 +9,7 @@
 #define CUCA_ENOMEM (-2)
 #define CUCA_EUNSUPPORTED (-3)
 
-/* Which SIMD path this build compiled: "avx512", "avx2" or "generic". */
+/* Which SIMD path this build compiled: "avx512", "avx2" or "portable" (setup.py CUCA_ISA). */
 const char *cuca_isa_name(void);
 
 #endif

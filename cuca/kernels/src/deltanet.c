@@ -58,7 +58,7 @@ static inline void dn_store_snap(float *p, vf x) {
         _mm512_stream_ps(p, x);
         return;
     }
-#elif VL == 8
+#elif VL == 8 && defined(__AVX2__) /* not the portable struct vf */
     if (((uintptr_t)p & 31) == 0) {
         _mm256_stream_ps(p, x);
         return;
@@ -152,7 +152,7 @@ int cuca_deltanet_f32(const cuca_deltanet_args *a) {
         }
         free(buf);
     }
-#if VL == 16 || VL == 8
+#if VL == 16 || (VL == 8 && defined(__AVX2__))
     if (snaps) _mm_sfence(); /* the non-temporal snapshot stores are visible before we return */
 #endif
     return err ? CUCA_ENOMEM : CUCA_OK;

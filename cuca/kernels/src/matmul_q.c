@@ -8,14 +8,17 @@
  * AVX-512: a zmm holds 4 blocks, 4 lanes each (two dpbusd cover the 32 values); the weight bytes are gathered
  *   with two-source byte permutes. Per x row and group of 4 blocks acc += (sumi lanes * da) * dw, alternating
  *   between two accumulators, then one fixed horizontal sum.
- * AVX2: the same per block, 8 lanes each. Portable C: scalar, block by block.
+ * AVX2: per group of 4 blocks, the pair sums of each block (maddubs, madd) folded by two horizontal adds into
+ *   one vector (lane j and j + 4: block j), so the offset, scaling and accumulation run once per 4 blocks per x
+ *   row, one accumulator per row; the weights of a group are unpacked once for every row of the tile.
+ * Portable C: scalar, block by block.
  * Every tile size runs the same float sequence for each x row. */
 #include "qmatmul.h"
 
 #if defined(CUCA_AVX512)
 #define QA_T 8
 #elif defined(CUCA_AVX2)
-#define QA_T 4
+#define QA_T 8
 #else
 #define QA_T 4
 #endif
@@ -182,48 +185,81 @@ static inline __m256i qa_bits16(uint32_t bits) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
-static inline __attribute__((always_inline)) void qa_step2(const int wt, const uint8_t *blk, int64_t b, const int nr,
-                                                           const cuca_act *A, int64_t m0, __m256 *acc) {
-    cuca_prefetch(blk, QA_BYTES(wt));
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i wv;
-    __m256 wd = _mm256_set1_ps(cuca_h2f(cuca_ld16(blk))), wm = _mm256_setzero_ps();
-    if (wt == GT_Q8_0) {
-        wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
-    } else {
-        __m128i q = _mm_loadu_si128((const __m128i *)(blk + QA_QS(wt)));
-        const __m128i m4 = _mm_set1_epi8(0x0F);
-        wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
-        if (wt == GT_Q5_0 || wt == GT_Q5_1) wv = _mm256_or_si256(wv, qa_bits16(cuca_ld32(blk + QA_QH(wt))));
-        if (QA_HASMIN(wt)) wm = _mm256_set1_ps(cuca_h2f(cuca_ld16(blk + 2)));
+/* fp16 at byte `off` of blocks 0..3 of a group (only the first nv exist) -> [f0 f1 f2 f3 f0 f1 f2 f3] */
+static inline __attribute__((always_inline)) __m256 qa_half4(const int wt, const uint8_t *g, int nv, int off) {
+    uint32_t h[4] = {0, 0, 0, 0};
+    for (int j = 0; j < 4; j++)
+        if (j < nv) h[j] = cuca_ld16(g + j * QA_BYTES(wt) + off);
+    const __m128 f = _mm_cvtph_ps(_mm_setr_epi32((int)(h[0] | h[1] << 16), (int)(h[2] | h[3] << 16), 0, 0));
+    return _mm256_set_m128(f, f);
+}
+
+/* Blocks 4g .. 4g+3 of one weight row (the first nv exist): the codes of each block as unsigned bytes (Q8_0:
+ * the signed codes), and wd / wm = the blocks' d / m in the lanes of the group sums (lane j and j + 4). Unpacked
+ * once per weight row and group, for every x row of the tile. */
+static inline __attribute__((always_inline)) void qa_unpack4(const int wt, const uint8_t *g, int nv, __m256i *u,
+                                                             __m256 *wd, __m256 *wm) {
+    cuca_prefetch(g, 4 * QA_BYTES(wt));
+    for (int j = 0; j < 4; j++) {
+        const uint8_t *blk = g + j * QA_BYTES(wt);
+        if (j >= nv) {
+            u[j] = _mm256_setzero_si256();
+        } else if (wt == GT_Q8_0) {
+            u[j] = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        } else {
+            const __m128i q = _mm_loadu_si128((const __m128i *)(blk + QA_QS(wt))), m4 = _mm_set1_epi8(0x0F);
+            u[j] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+            if (wt == GT_Q5_0 || wt == GT_Q5_1) u[j] = _mm256_or_si256(u[j], qa_bits16(cuca_ld32(blk + QA_QH(wt))));
+        }
     }
-    const __m256i wabs = wt == GT_Q8_0 ? _mm256_sign_epi8(wv, wv) : wv;
-    #pragma GCC unroll 8
+    *wd = qa_half4(wt, g, nv, 0);
+    *wm = QA_HASMIN(wt) ? qa_half4(wt, g, nv, 2) : _mm256_setzero_ps();
+}
+
+/* One group for nr x rows: per block the exact pair sums (maddubs, madd), two horizontal adds leave lane j and
+ * j + 4 = the halves of block j's sum; + c (code offset), * da, then acc += . * dw (+ wm * s). */
+static inline __attribute__((always_inline)) void qa_group(const int wt, const __m256i *u, __m256 wd, __m256 wm,
+                                                           int64_t g, const int nr, const cuca_act *A, int64_t m0,
+                                                           __m256 *acc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i wabs[4];
+    if (wt == GT_Q8_0)
+        for (int j = 0; j < 4; j++) wabs[j] = _mm256_sign_epi8(u[j], u[j]);
+    #pragma GCC unroll 17
     for (int r = 0; r < nr; r++) {
-        __m256i a = _mm256_load_si256((const __m256i *)(ACT_QS(A, m0 + r) + QK * b));
-        if (wt == GT_Q8_0) a = _mm256_sign_epi8(a, wv);
-        __m256i ci = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, a), ones);
-        ci = _mm256_add_epi32(ci, _mm256_load_si256((const __m256i *)(ACT_C(A, m0 + r) + QA_LANES * b)));
-        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ci), _mm256_load_ps(ACT_D(A, m0 + r) + QA_LANES * b));
+        const int8_t *q = ACT_QS(A, m0 + r) + 4 * QK * g;
+        __m256i p[4];
+        for (int j = 0; j < 4; j++) {
+            __m256i a = _mm256_load_si256((const __m256i *)(q + QK * j));
+            if (wt == GT_Q8_0) p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[j], _mm256_sign_epi8(a, u[j])), ones);
+            else p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[j], a), ones);
+        }
+        __m256i ci = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+        ci = _mm256_add_epi32(ci, _mm256_load_si256((const __m256i *)(ACT_C(A, m0 + r) + 8 * g)));
+        const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ci), _mm256_load_ps(ACT_D(A, m0 + r) + 8 * g));
         acc[r] = _mm256_fmadd_ps(f, wd, acc[r]);
-        if (QA_HASMIN(wt)) acc[r] = _mm256_fmadd_ps(wm, _mm256_load_ps(ACT_S(A, m0 + r) + QA_LANES * b), acc[r]);
+        if (QA_HASMIN(wt)) acc[r] = _mm256_fmadd_ps(wm, _mm256_load_ps(ACT_S(A, m0 + r) + 8 * g), acc[r]);
     }
 }
 
 static inline __attribute__((always_inline)) void qa_tile(const int wt, const uint8_t *w, const cuca_act *A,
                                                           int64_t m0, const int nr, float *out, int64_t ldo) {
-    const int64_t nb = A->n_in / QK;
-    __m256 acc0[QA_T], acc1[QA_T];
-    int64_t b = 0;
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
-    for (; b + 1 < nb; b += 2) {
-        qa_step2(wt, w + b * QA_BYTES(wt), b, nr, A, m0, acc0);
-        qa_step2(wt, w + (b + 1) * QA_BYTES(wt), b + 1, nr, A, m0, acc1);
+    const int64_t nb = A->n_in / QK, ng = (nb + 3) / 4;
+    __m256 acc[QA_T];
+    #pragma GCC unroll 17
+    for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        __m256i u[4];
+        __m256 wd, wm;
+        const int nv = nb - 4 * g < 4 ? (int)(nb - 4 * g) : 4;
+        if (nv == 4) /* the whole group: no per-block checks */
+            qa_unpack4(wt, w + g * 4 * QA_BYTES(wt), 4, u, &wd, &wm);
+        else
+            qa_unpack4(wt, w + g * 4 * QA_BYTES(wt), nv, u, &wd, &wm);
+        qa_group(wt, u, wd, wm, g, nr, A, m0, acc);
     }
-    if (b < nb) qa_step2(wt, w + b * QA_BYTES(wt), b, nr, A, m0, acc0);
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) out[r * ldo] = hsum256(_mm256_add_ps(acc0[r], acc1[r]));
+    #pragma GCC unroll 17
+    for (int r = 0; r < nr; r++) out[r * ldo] = hsum256(acc[r]);
 }
 
 #else /* portable C */
@@ -250,7 +286,9 @@ static inline void qa_tile(const int wt, const uint8_t *w, const cuca_act *A, in
 }
 #endif
 
-#if QA_T == 8
+#if QA_T == 17
+#define QA_FN(name, wt) CUCA_TILE_FN(name, qa_tile, wt, 17)
+#elif QA_T == 8
 #define QA_FN(name, wt) CUCA_TILE_FN(name, qa_tile, wt, 8)
 #else
 #define QA_FN(name, wt) CUCA_TILE_FN(name, qa_tile, wt, 4)

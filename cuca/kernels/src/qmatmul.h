@@ -38,9 +38,13 @@ enum { ACT_F32 = 0, ACT_Q8_0 = 1, ACT_Q8_1 = 2, ACT_Q8_K = 3 };
 
 /* 32-block activations: QA_LANES float/int lanes of d, c, s per block; blocks padded to a multiple of
  * QA_GROUP. With AVX-512 each group of 4 blocks stores its values as [first 16 of each block | last 16 of each
- * block] (the order the weight unpacking produces). */
+ * block] (the order the weight unpacking produces). With AVX2 a group of 4 blocks has one 8-lane vector each of
+ * d, c, s: lane j and j + 4 for block j (the lanes its folded sums land in; c and s only in lane j). */
 #if defined(CUCA_AVX512)
 #define QA_LANES 4
+#define QA_GROUP 4
+#elif defined(CUCA_AVX2)
+#define QA_LANES 2
 #define QA_GROUP 4
 #else
 #define QA_LANES 8
@@ -99,13 +103,17 @@ typedef void (*cuca_tile_fn)(const uint8_t *w, size_t rb, int nw, const cuca_act
                              int64_t ldo);
 
 /* Defines tile kernel `name` from an always-inline row kernel K(wt, w, A, m0, nr, out, ldo) specialised for every
- * tile height nr <= T (4 or 8). */
+ * tile height nr <= T (4, 8 or 17). */
 #define CUCA_TILE_CASE(K, wt, n) \
     case n: for (int i_ = 0; i_ < nw; i_++) K(wt, w + (size_t)i_ * rb, A, m0, n, out + i_, ldo); break;
 #define CUCA_TILE_CASES4(K, wt) \
     CUCA_TILE_CASE(K, wt, 1) CUCA_TILE_CASE(K, wt, 2) CUCA_TILE_CASE(K, wt, 3) CUCA_TILE_CASE(K, wt, 4)
 #define CUCA_TILE_CASES8(K, wt) CUCA_TILE_CASES4(K, wt) \
     CUCA_TILE_CASE(K, wt, 5) CUCA_TILE_CASE(K, wt, 6) CUCA_TILE_CASE(K, wt, 7) CUCA_TILE_CASE(K, wt, 8)
+#define CUCA_TILE_CASES17(K, wt) CUCA_TILE_CASES8(K, wt) \
+    CUCA_TILE_CASE(K, wt, 9) CUCA_TILE_CASE(K, wt, 10) CUCA_TILE_CASE(K, wt, 11) CUCA_TILE_CASE(K, wt, 12) \
+    CUCA_TILE_CASE(K, wt, 13) CUCA_TILE_CASE(K, wt, 14) CUCA_TILE_CASE(K, wt, 15) CUCA_TILE_CASE(K, wt, 16) \
+    CUCA_TILE_CASE(K, wt, 17)
 #define CUCA_TILE_FN(name, K, wt, T)                                                                              \
     static void name(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64_t m0, int nr, float *out,     \
                      int64_t ldo) {                                                                              \

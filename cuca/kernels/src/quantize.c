@@ -231,7 +231,7 @@ void cuca_act_quantize(cuca_act *A, const float *x, int64_t m, int64_t b_lo, int
                 cuca_q8_block(x + QK * b, tmp, &db, s ? &sb : NULL, &tot);
             else
                 memset(tmp, 0, QK);
-#if QA_GROUP == 4
+#if defined(CUCA_AVX512) /* the group-interleaved codes (qmatmul.h) */
             {
                 int8_t *grp = qs + QK * (b & ~(int64_t)3);
                 memcpy(grp + 16 * (b & 3), tmp, 16);
@@ -240,6 +240,18 @@ void cuca_act_quantize(cuca_act *A, const float *x, int64_t m, int64_t b_lo, int
 #else
             memcpy(qs + QK * b, tmp, QK);
 #endif
+#if defined(CUCA_AVX2) /* lane j and j + 4 of the group's vector (qmatmul.h) */
+            {
+                const int64_t g = 8 * (b >> 2), j = b & 3;
+                d[g + j] = d[g + j + 4] = db;
+                c[g + j] = -off * tot;
+                c[g + j + 4] = 0;
+                if (s) {
+                    s[g + j] = sb;
+                    s[g + j + 4] = 0.0f;
+                }
+            }
+#else
             for (int l = 0; l < QA_LANES; l++) {
                 d[QA_LANES * b + l] = db;
                 c[QA_LANES * b + l] = 0;
@@ -247,6 +259,7 @@ void cuca_act_quantize(cuca_act *A, const float *x, int64_t m, int64_t b_lo, int
             }
             c[QA_LANES * b] = -off * tot;
             if (s) s[QA_LANES * b] = sb;
+#endif
         }
     }
 }
