@@ -171,6 +171,7 @@ class Tokenizer:
             self._rstrip = set(self._specials) | {self.token_ids.get("</s>")}
             self._rstrip -= {self.token_ids.get(t) for t in ("<unk>", "<s>", "<|endoftext|>")}
         self._pieces = self._build_pieces()
+        self._max_piece: int | None = None
         self._spm_cache: dict[str, list[int]] = {}
         self._template_text = metadata.get("tokenizer.chat_template")
         self._chat: ChatTemplate | None = None
@@ -299,6 +300,13 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return len(self.tokens)
+
+    @property
+    def max_token_bytes(self) -> int:
+        """The most bytes of text one token stands for (bounds a text's token count from below)."""
+        if self._max_piece is None:
+            self._max_piece = max(map(len, self._pieces), default=1)
+        return self._max_piece
 
     def is_eog(self, token: int) -> bool:
         return token in self.eog_ids
