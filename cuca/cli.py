@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections import Counter
@@ -13,7 +14,7 @@ from typing import Any, TextIO
 
 from .bench import add_bench_parser, run_bench
 from .engine import Generation
-from .errors import ContextLengthError, CucaError
+from .errors import ConfigError, ContextLengthError, CucaError
 from .gguf import open_gguf
 from .local import LocalModel, LocalModelConfig
 from .models.dialects import is_mtp_sidecar
@@ -34,6 +35,8 @@ def _add_model(p: argparse.ArgumentParser, drafting: bool = True) -> None:
         p.add_argument("--draft-tokens", type=int, default=3, help="drafts per speculative round (default 3)")
     p.add_argument("--threads", type=int, default=0, help="worker threads (default 0: every core)")
     p.add_argument("--context-length", type=int, default=0, help="context window (default: min(4096, trained))")
+    p.add_argument("--allow-long-context", action="store_true",
+                   help="allow a --context-length past the model's trained length")
 
 
 def _add_sampling(p: argparse.ArgumentParser, max_tokens: int = 128) -> None:
@@ -94,9 +97,25 @@ def _load(a: argparse.Namespace) -> LocalModel:
         drafter = paired_drafter(a.model) or "prompt-lookup"
     return LocalModel.load_sync(
         LocalModelConfig(
-            a.model, drafter=drafter, draft_tokens=a.draft_tokens, context_length=a.context_length, threads=a.threads
+            a.model, drafter=drafter, draft_tokens=a.draft_tokens, context_length=a.context_length, threads=a.threads,
+            allow_long_context=a.allow_long_context,
         )
     )
+
+
+def _read_stdin(line: bool = False) -> str:
+    """All of stdin (or one line), decoded strictly in its encoding: bytes that are not text are a ConfigError."""
+    raw = getattr(sys.stdin, "buffer", None)
+    if raw is None:  # a text stream with no bytes underneath: decoded already
+        return sys.stdin.readline() if line else sys.stdin.read()
+    data: bytes = raw.readline() if line else raw.read()
+    encoding = sys.stdin.encoding or "utf-8"
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as e:
+        where = "this line of stdin" if line else "stdin"
+        raise ConfigError(f"{where} is not valid {encoding} text (byte 0x{data[e.start]:02x} at offset {e.start})") \
+            from None
 
 
 def _sampling(a: argparse.Namespace) -> dict[str, Any]:
@@ -152,7 +171,7 @@ def _result_json(text: str, gen: Generation) -> dict[str, Any]:
 def _run(a: argparse.Namespace, chat: str | None = None) -> int:
     prompt = a.prompt if chat is None else chat
     if prompt is None or prompt == "-":
-        prompt = sys.stdin.read()
+        prompt = _read_stdin()
     model = _load(a)
     use_chat = chat is not None or a.chat
     ids = model.chat_prompt([{"role": "user", "content": prompt}]) if use_chat else model.prompt_ids(prompt)
@@ -209,7 +228,11 @@ def _chat(a: argparse.Namespace) -> int:
     while True:
         if interactive:
             print("> ", end="", file=sys.stderr, flush=True)
-        line = sys.stdin.readline()
+        try:
+            line = _read_stdin(line=True)
+        except ConfigError as e:
+            print(f"cuca: error: {e}; the line was skipped", file=sys.stderr)
+            continue
         if not line:
             break
         msg = line.rstrip("\r\n")
@@ -343,12 +366,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CucaError as e:
         print(f"cuca: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`cuca run ... | head`): stop quietly, as on SIGPIPE
+        _drop_stdout()
+        return 141
     except OSError as e:  # a file that cannot be read, a full disk
         print(f"cuca: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("", file=sys.stderr)
         return 130
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush does not fail again on the closed pipe."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):  # no real stdout (embedded, captured): nothing will flush
+        pass
 
 
 if __name__ == "__main__":

@@ -60,6 +60,21 @@ class Generation:
     draft: RequestDraftStats | None = None  # this request's drafting statistics, when it drafted
 
 
+def check_token_ids(prompt: Any, n_vocab: int) -> list[int]:
+    """A token-id prompt as a list of ints, each in 0..n_vocab-1; anything else is a ConfigError naming the first
+    bad id (bools, floats, strings, bytes and out-of-range ids are not token ids)."""
+    if isinstance(prompt, (str, bytes, bytearray, memoryview)):
+        raise ConfigError(f"a token-id prompt must be a sequence of ints, got {type(prompt).__name__}")
+    try:
+        items = list(prompt)
+    except TypeError:
+        raise ConfigError(f"a prompt must be text or a sequence of token ids, got {type(prompt).__name__}") from None
+    for i, t in enumerate(items):
+        if not (isinstance(t, (int, np.integer)) and not isinstance(t, (bool, np.bool_)) and 0 <= t < n_vocab):
+            raise ConfigError(f"prompt token {i} is {t!r}, not a token id (an integer in 0..{n_vocab - 1})")
+    return [int(t) for t in items]
+
+
 class Engine:
     """Owns a model and its cache; serves one request at a time."""
 
@@ -110,6 +125,7 @@ class Engine:
         """Yield generated token ids; `gen` (if given) receives the tokens, finish reason and timings. With `spec`
         the tokens come from speculative rounds (equal to plain decoding at temperature 0)."""
         gen = gen if gen is not None else Generation()
+        prompt = check_token_ids(prompt, self.model.n_vocab)
         self.check_fits(len(prompt), max_tokens)
         rng = np.random.default_rng(params.seed)
         t = gen.timings

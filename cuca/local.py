@@ -1,20 +1,25 @@
-"""LocalModel: load a GGUF model in-process and serve completion and chat requests, one at a time."""
+"""LocalModel: load a GGUF model in-process and serve completion and chat requests through its scheduler (one
+worker thread owns the model; requests run one at a time, in arrival order)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+import re
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import Engine, Generation, Speculation, Timings
-from .errors import ConfigError
+import numpy as np
+
+from .engine import Engine, Generation, Speculation, Timings, check_token_ids
+from .errors import ConfigError, ContextLengthError
 from .gguf import open_gguf
 from .models import load_model
 from .models.layers import Ops
-from .sampling import SamplingParams
+from .sampling import SamplingParams, is_int
+from .scheduler import AsyncStream, Scheduler, SyncStream
 from .sources import ModelSource
 from .speculative.drafters.load import load_drafter
 from .speculative.governor import Governor
@@ -22,11 +27,14 @@ from .speculative.source import DrafterSource
 from .speculative.stats import DraftStats, RequestDraftStats
 from .tokenizer import Tokenizer
 
+MAX_THREADS = 1 << 16  # what the kernels accept
+
 
 @dataclass(frozen=True)
 class LocalModelConfig:
     """What to load and how. Drafting is off unless `drafter` is set (a DrafterSource, or a ModelSource / string
-    naming a drafter file); `threads` 0 uses every core; `context_length` 0 uses min(4096, trained length)."""
+    naming a drafter file); `threads` 0 uses every core; `context_length` 0 uses min(4096, trained length), and a
+    length past the trained one needs `allow_long_context=True`."""
 
     source: ModelSource | str | os.PathLike[str] = "gemma3-270m-q4_k_m"
     drafter: DrafterSource | ModelSource | str | None = None
@@ -34,6 +42,7 @@ class LocalModelConfig:
     context_length: int = 0
     threads: int = 0
     device: str = "cpu"
+    allow_long_context: bool = False
 
     def validate(self) -> None:
         if not isinstance(self.source, (ModelSource, str, os.PathLike)):
@@ -45,12 +54,14 @@ class LocalModelConfig:
             raise ConfigError(
                 f"drafter must be None, a DrafterSource, a ModelSource or a string, got {type(self.drafter).__name__}"
             )
-        if not _is_int(self.context_length) or self.context_length < 0:
+        if not is_int(self.context_length) or self.context_length < 0:
             raise ConfigError(f"context_length must be an integer >= 0, got {self.context_length!r}")
-        if not _is_int(self.threads) or self.threads < 0:
-            raise ConfigError(f"threads must be an integer >= 0, got {self.threads!r}")
-        if not _is_int(self.draft_tokens) or (self.drafter is not None and self.draft_tokens < 1):
+        if not is_int(self.threads) or not 0 <= self.threads <= MAX_THREADS:
+            raise ConfigError(f"threads must be an integer in 0..{MAX_THREADS}, got {self.threads!r}")
+        if not is_int(self.draft_tokens) or (self.drafter is not None and self.draft_tokens < 1):
             raise ConfigError(f"draft_tokens must be an integer >= 1 when a drafter is set, got {self.draft_tokens!r}")
+        if not isinstance(self.allow_long_context, bool):
+            raise ConfigError(f"allow_long_context must be True or False, got {self.allow_long_context!r}")
         if self.device != "cpu":
             if self.drafter is not None and DrafterSource.parse(self.drafter).kind == "in_trunk":
                 raise ConfigError(f"drafter: the in-trunk prediction head runs on the CPU only, not on device "
@@ -69,8 +80,25 @@ class Reply:
     draft: RequestDraftStats | None = None
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """One checked request, as the worker runs it: `prompt(room)` tokenizes (on the worker) leaving `room`."""
+
+    prompt: Callable[[int], list[int]]
+    max_tokens: int
+    params: SamplingParams
+    stop: tuple[str, ...]
+    gen: Generation
+    draft: bool
+
+
+_REQUEST_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "gen", "draft")
+
+
 class LocalModel:
-    """A loaded model. Requests are served one at a time, in order (a lock guards the engine)."""
+    """A loaded model. Its scheduler's worker thread runs the requests, one at a time, in arrival order; sync and
+    async forms may be mixed from any thread. A stream that is closed, dropped or whose task is cancelled stops at
+    its next token."""
 
     def __init__(self, config: LocalModelConfig):
         config.validate()
@@ -80,8 +108,7 @@ class LocalModel:
         self.file = open_gguf(self.path)
         self.tokenizer = Tokenizer.from_gguf(self.file)
         self.model = load_model(self.file, Ops(config.threads or (os.cpu_count() or 1)))
-        n_ctx = config.context_length or min(4096, int(self.model.n_ctx_train))
-        self.engine = Engine(self.model, n_ctx)
+        self.engine = Engine(self.model, self._context_length(config))
         self.drafter_source = DrafterSource.parse(config.drafter) if config.drafter is not None else None
         self.drafter = None
         if self.drafter_source is not None:
@@ -89,7 +116,27 @@ class LocalModel:
                                         config.device, self.path)
         self.governor = Governor()  # kept across requests, as the drafting decision should be
         self._draft_stats = DraftStats()
-        self._lock = threading.Lock()
+        self.scheduler = Scheduler(f"cuca-model {self.source}")
+        weakref.finalize(self, self.scheduler.close)  # the worker exits once the model is gone
+
+    def _context_length(self, config: LocalModelConfig) -> int:
+        """The context window: checked against the trained length and against the memory its cache needs."""
+        n_train = int(self.model.n_ctx_train)
+        n_ctx = config.context_length or min(4096, n_train)
+        if n_ctx > n_train and not config.allow_long_context:
+            raise ConfigError(
+                f"context_length {n_ctx} exceeds the model's trained context length of {n_train} tokens; pass "
+                "allow_long_context=True (--allow-long-context) to use it anyway"
+            )
+        one, two = _nbytes(self.model.make_cache(1)), _nbytes(self.model.make_cache(2))
+        need = one + (two - one) * (n_ctx - 1)
+        avail = available_memory()
+        if avail is not None and need > avail:
+            raise ConfigError(
+                f"context_length {n_ctx} needs {need:,} bytes ({need / 2**30:.1f} GiB) of KV cache, more than the "
+                f"{avail:,} bytes ({avail / 2**30:.1f} GiB) of memory available: lower context_length"
+            )
+        return n_ctx
 
     # ---- loading ----------------------------------------------------------------------------------------
     @classmethod
@@ -100,63 +147,110 @@ class LocalModel:
     def load_sync(cls, config: LocalModelConfig) -> LocalModel:
         return cls(config)
 
-    # ---- synchronous requests ---------------------------------------------------------------------------
-    def prompt_ids(self, prompt: str | Sequence[int]) -> list[int]:
-        return list(prompt) if not isinstance(prompt, str) else self.tokenizer.encode(prompt)
+    def close(self) -> None:
+        """Refuse new requests; the running one finishes, queued ones are cancelled."""
+        self.scheduler.close()
 
-    def chat_prompt(self, messages: list[dict[str, Any]]) -> list[int]:
+    def __enter__(self) -> LocalModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- prompts ------------------------------------------------------------------------------------------
+    def prompt_ids(self, prompt: str | Sequence[int], room: int = 1) -> list[int]:
+        """Token ids of a text prompt, or a checked copy of a token-id prompt. A text that cannot fit in the
+        context with `room` tokens to spare is refused before it is tokenized."""
+        if isinstance(prompt, str):
+            self._check_text_fits(prompt, room)
+            return self.tokenizer.encode(prompt)
+        return check_token_ids(prompt, self._n_vocab())
+
+    def chat_prompt(self, messages: list[dict[str, Any]], room: int = 1) -> list[int]:
         tok = self.tokenizer
         text = tok.apply_chat_template(messages, add_generation_prompt=True)
+        self._check_text_fits(text, room)
         # templates that write the BOS text themselves must not get a second BOS
         has_bos = tok.bos_id is not None and text.startswith(tok.id_to_token(tok.bos_id))
         return tok.encode(text, add_bos=False if has_bos else None)
+
+    def _n_vocab(self) -> int:
+        return min(int(self.model.n_vocab), self.tokenizer.vocab_size)
+
+    def _check_text_fits(self, text: str, room: int) -> None:
+        # no token covers more than max_token_bytes bytes, so this many non-space bytes need at least this many
+        # tokens (spaces are left out: some tokenizers drop them after special tokens)
+        n_ctx = self.engine.n_ctx
+        longest = max(self.tokenizer.max_token_bytes, 1)
+        if len(text) <= n_ctx:
+            return
+        dense = len(re.sub(r"\s+", "", text).encode("utf-8", "surrogatepass"))
+        need = -(-dense // longest)
+        if need + room > n_ctx:
+            raise ContextLengthError(
+                f"the prompt ({len(text):,} characters) needs at least {need:,} tokens; with max_tokens ({room}) "
+                f"that exceeds the context length of {n_ctx}"
+            )
 
     def draft_stats(self) -> DraftStats:
         """Rounds, drafted and accepted tokens summed over every request so far."""
         return DraftStats(self._draft_stats.rounds, self._draft_stats.drafted, self._draft_stats.accepted)
 
-    def _speculation(self) -> Speculation | None:
-        if self.drafter is None:
-            return None
-        return Speculation(self.drafter, self.config.draft_tokens, self.governor, RequestDraftStats(),
-                           getattr(self.model, "rollback_limit", None))
-
-    def stream_ids_sync(
-        self,
-        prompt_ids: list[int],
-        max_tokens: int = 128,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: str | Sequence[str] = (),
-        gen: Generation | None = None,
-        draft: bool = True,
-    ) -> Iterator[str]:
-        """Stream text pieces for a tokenized prompt; `gen` receives ids, finish reason and timings. `draft=False`
-        decodes this request plainly even when the model has a drafter (to measure what drafting gains)."""
-        if not _is_int(max_tokens) or max_tokens < 1:
+    # ---- requests -----------------------------------------------------------------------------------------
+    def _plan(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> _Plan:
+        """Check a request's parameters in the caller's thread, before anything is queued."""
+        unknown = sorted(set(kw) - set(_REQUEST_KEYS))
+        if unknown:
+            raise ConfigError(f"unknown request parameter(s) {', '.join(unknown)} (known: {', '.join(_REQUEST_KEYS)})")
+        max_tokens = kw.get("max_tokens", 128)
+        if not is_int(max_tokens) or max_tokens < 1:
             raise ConfigError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
-        params = SamplingParams(temperature, top_k, top_p, seed)
-        stop = _stop_strings(stop)
-        gen = gen if gen is not None else Generation()
-        spec = self._speculation() if draft else None
-        gen.draft = spec.stats if spec is not None else None
-        with self._lock:
-            try:
-                yield from self._stream_locked(prompt_ids, max_tokens, params, stop, gen, spec)
-            finally:
-                if spec is not None:
-                    self._draft_stats.add(spec.stats)
+        params = SamplingParams(kw.get("temperature", 0.0), kw.get("top_k", 0), kw.get("top_p", 1.0), kw.get("seed"))
+        gen = kw.get("gen")
+        if gen is not None and not isinstance(gen, Generation):
+            raise ConfigError(f"gen must be a Generation or None, got {type(gen).__name__}")
+        return _Plan(prompt, int(max_tokens), params, _stop_strings(kw.get("stop", ())),
+                     gen if gen is not None else Generation(), bool(kw.get("draft", True)))
 
-    def _stream_locked(
-        self, prompt_ids: list[int], max_tokens: int, params: SamplingParams, stop: Sequence[str],
-        gen: Generation, spec: Speculation | None,
-    ) -> Iterator[str]:
-        dec = self.tokenizer.stream(skip_special=True)
+    def _text(self, prompt: str | Sequence[int]) -> Callable[[int], list[int]]:
+        if isinstance(prompt, (bytes, bytearray, memoryview)):
+            raise ConfigError("prompt: a bytes prompt is ambiguous: decode it to str for text, or pass a list of "
+                              "token ids")
+        if isinstance(prompt, str):
+            return lambda room: self.prompt_ids(prompt, room)
+        ids = check_token_ids(prompt, self._n_vocab())  # now: the caller may change its list afterwards
+        return lambda room: ids
+
+    def _chat(self, messages: list[dict[str, Any]]) -> Callable[[int], list[int]]:
+        if not isinstance(messages, (list, tuple)):
+            raise ConfigError(f"messages must be a list of {{'role': ..., 'content': ...}} dicts, got "
+                              f"{type(messages).__name__}")
+        msgs = [dict(m) if isinstance(m, dict) else m for m in messages]  # a snapshot, tokenized on the worker
+        return lambda room: self.chat_prompt(msgs, room)
+
+    def _job(self, plan: _Plan) -> Callable[[], Iterator[str | None]]:
+        return lambda: self._serve(plan)
+
+    def _serve(self, plan: _Plan) -> Iterator[str | None]:
+        """The worker's side of a request: text pieces, or None after a token that added none (the scheduler
+        checks for cancellation at every item)."""
+        ids = plan.prompt(plan.max_tokens)
+        spec = None
+        if plan.draft and self.drafter is not None:
+            spec = Speculation(self.drafter, self.config.draft_tokens, self.governor, RequestDraftStats(),
+                               getattr(self.model, "rollback_limit", None))
+        plan.gen.draft = spec.stats if spec is not None else None
+        try:
+            yield from self._pieces(ids, plan, spec)
+        finally:
+            if spec is not None:
+                self._draft_stats.add(spec.stats)
+
+    def _pieces(self, ids: list[int], plan: _Plan, spec: Speculation | None) -> Iterator[str | None]:
+        dec, stop, gen = self.tokenizer.stream(skip_special=True), plan.stop, plan.gen
         pending = ""  # text held back while it could still be the start of a stop string
         hold = max((len(s) for s in stop), default=0)
-        for tok in self.engine.stream(prompt_ids, max_tokens, params, self.tokenizer.eog_ids, gen, spec):
+        for tok in self.engine.stream(ids, plan.max_tokens, plan.params, self.tokenizer.eog_ids, gen, spec):
             if tok in self.tokenizer.eog_ids:
                 break
             pending += dec.feed(tok)
@@ -170,6 +264,8 @@ class LocalModel:
                 emit = len(pending) - hold
                 yield pending[:emit]
                 pending = pending[emit:]
+            else:
+                yield None
         pending += dec.flush()
         cut = _find_stop(pending, stop)
         if cut is not None:
@@ -178,61 +274,99 @@ class LocalModel:
         if pending:
             yield pending
 
-    def complete_sync(self, prompt: str | Sequence[int], **kw: Any) -> Reply:
-        gen = Generation()
-        text = "".join(self.stream_ids_sync(self.prompt_ids(prompt), gen=gen, **kw))
+    def _stream(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> SyncStream:
+        return SyncStream(self.scheduler, self._job(self._plan(prompt, kw)))
+
+    def _reply(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> Reply:
+        gen = kw.pop("gen", None) or Generation()
+        with self._stream(prompt, {**kw, "gen": gen}) as s:
+            text = "".join(s)
         return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings, gen.draft)
+
+    async def _areply(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> Reply:
+        gen = kw.pop("gen", None) or Generation()
+        s = AsyncStream(self.scheduler, self._job(self._plan(prompt, {**kw, "gen": gen})))
+        try:
+            text = "".join([p async for p in s])
+        finally:
+            s.close()
+        return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings, gen.draft)
+
+    # ---- synchronous requests (block the calling thread, never the model) ---------------------------------
+    def stream_ids_sync(self, prompt_ids: Sequence[int], **kw: Any) -> Iterator[str]:
+        """Stream text pieces for a tokenized prompt. Parameters: max_tokens (128), temperature (0.0: greedy),
+        top_k (0: off), top_p (1.0: off), seed, stop (a string or strings), gen (a Generation that receives ids,
+        finish reason and timings), draft (False decodes plainly even when the model has a drafter)."""
+        return self._stream(self._text(prompt_ids), kw)
+
+    def complete_sync(self, prompt: str | Sequence[int], **kw: Any) -> Reply:
+        return self._reply(self._text(prompt), kw)
 
     def chat_sync(self, messages: list[dict[str, Any]], **kw: Any) -> Reply:
-        gen = Generation()
-        text = "".join(self.stream_ids_sync(self.chat_prompt(messages), gen=gen, **kw))
-        return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings, gen.draft)
+        return self._reply(self._chat(messages), kw)
 
     def stream_sync(self, prompt: str | Sequence[int], **kw: Any) -> Iterator[str]:
-        return self.stream_ids_sync(self.prompt_ids(prompt), **kw)
+        return self._stream(self._text(prompt), kw)
 
     def stream_chat_sync(self, messages: list[dict[str, Any]], **kw: Any) -> Iterator[str]:
-        return self.stream_ids_sync(self.chat_prompt(messages), **kw)
+        return self._stream(self._chat(messages), kw)
 
-    # ---- asynchronous requests (run in a worker thread; the lock keeps them in order) --------------------
+    # ---- asynchronous requests (await the scheduler's channel; no thread pool) -----------------------------
     async def complete(self, prompt: str | Sequence[int], **kw: Any) -> Reply:
-        return await asyncio.to_thread(self.complete_sync, prompt, **kw)
+        return await self._areply(self._text(prompt), kw)
 
     async def chat(self, messages: list[dict[str, Any]], **kw: Any) -> Reply:
-        return await asyncio.to_thread(self.chat_sync, messages, **kw)
+        return await self._areply(self._chat(messages), kw)
 
-    async def stream(self, prompt: str | Sequence[int], **kw: Any) -> AsyncIterator[str]:
-        async for piece in _in_thread(self.stream_sync(prompt, **kw)):
-            yield piece
+    def stream(self, prompt: str | Sequence[int], **kw: Any) -> AsyncIterator[str]:
+        return AsyncStream(self.scheduler, self._job(self._plan(self._text(prompt), kw)))
 
-    async def stream_chat(self, messages: list[dict[str, Any]], **kw: Any) -> AsyncIterator[str]:
-        async for piece in _in_thread(self.stream_chat_sync(messages, **kw)):
-            yield piece
+    def stream_chat(self, messages: list[dict[str, Any]], **kw: Any) -> AsyncIterator[str]:
+        return AsyncStream(self.scheduler, self._job(self._plan(self._chat(messages), kw)))
 
 
-async def _in_thread(it: Iterator[str]) -> AsyncIterator[str]:
-    """A sync iterator's items, each computed in a worker thread (the model's lock keeps requests in order)."""
-    done = object()
-    while True:
-        piece = await asyncio.to_thread(next, it, done)
-        if piece is done:
-            return
-        yield piece  # type: ignore[misc]
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux MemAvailable, else free pages), or None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def _nbytes(obj: Any, depth: int = 0) -> int:
+    """Bytes of the numpy arrays a cache object holds (its attributes, lists and nested caches)."""
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes
+    if depth > 4:
+        return 0
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(x, depth + 1) for x in obj)
+    if hasattr(obj, "__dict__"):
+        return sum(_nbytes(x, depth + 1) for x in vars(obj).values())
+    return 0
 
 
-def _stop_strings(stop: str | Sequence[str] | None) -> tuple[str, ...]:
-    """`stop` as a tuple of strings: one string is one stop string (not its characters)."""
+def _stop_strings(stop: str | Iterable[str] | None) -> tuple[str, ...]:
+    """`stop` as a tuple of strings: one string is one stop string (not its characters); any iterable of strings
+    (a list, a generator) is read once."""
     if stop is None:
         return ()
     if isinstance(stop, str):
         return (stop,)
-    if not all(isinstance(s, str) for s in stop):
-        raise ConfigError(f"stop must be a string or a list of strings, got {stop!r}")
-    return tuple(stop)
+    try:
+        items = tuple(stop) if not isinstance(stop, (bytes, bytearray)) else None
+    except TypeError:
+        items = None
+    if items is None or not all(isinstance(s, str) for s in items):
+        raise ConfigError(f"stop must be a string or an iterable of strings, got {stop!r}")
+    return items
 
 
 def _find_stop(text: str, stop: Sequence[str]) -> int | None:

@@ -11,6 +11,16 @@ import numpy as np
 from .errors import ConfigError
 
 
+def is_int(v: object) -> bool:
+    """An integer (Python or numpy), not a bool."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def is_real(v: object) -> bool:
+    """A real number (Python or numpy int or float), not a bool."""
+    return is_int(v) or isinstance(v, (float, np.floating))
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """temperature 0.0 is greedy; top_k 0 and top_p 1.0 disable those filters; seed None draws a fresh seed."""
@@ -21,14 +31,19 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)) or self.temperature < 0:
+        if not (is_real(self.temperature) and math.isfinite(self.temperature)) or self.temperature < 0:
             raise ConfigError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
+        if not is_int(self.top_k) or self.top_k < 0:
             raise ConfigError(f"top_k must be an integer >= 0, got {self.top_k!r}")
-        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
+        if not is_real(self.top_p) or not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
+        if self.seed is not None and (not is_int(self.seed) or self.seed < 0):
             raise ConfigError(f"seed must be a non-negative integer or None, got {self.seed!r}")
+        # numpy scalars become Python numbers, so equal parameters compare and hash equal
+        object.__setattr__(self, "temperature", float(self.temperature))
+        object.__setattr__(self, "top_k", int(self.top_k))
+        object.__setattr__(self, "top_p", float(self.top_p))
+        object.__setattr__(self, "seed", None if self.seed is None else int(self.seed))
 
     @property
     def greedy(self) -> bool:
@@ -50,7 +65,11 @@ def to_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         p = np.zeros(n, np.float64)
         p[greedy_token(logits)] = 1.0
         return p
-    z = logits.astype(np.float64) / params.temperature
+    # shift before dividing: the largest logit becomes exactly 0, so a tiny (even denormal) temperature gives
+    # -inf for the rest (the arg-max limit) rather than inf - inf = NaN
+    z = logits.astype(np.float64)
+    with np.errstate(over="ignore"):
+        z = (z - z.max()) / params.temperature
     keep: np.ndarray | None = None
     if 0 < params.top_k < n:
         keep = np.argpartition(-z, params.top_k - 1)[: params.top_k]

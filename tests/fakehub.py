@@ -31,7 +31,12 @@ class FakeHub:
     drop_after: dict[str, int] = field(default_factory=dict)  # path -> bytes sent before the first GET breaks off
     drop_every: dict[str, int] = field(default_factory=dict)  # path -> bytes sent before every GET breaks off
     log: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, Range header)
+    etags: dict[tuple[str, str], str] = field(default_factory=dict)  # (repo, file) -> the sha256 the hub claims
+    no_length: set[str] = field(default_factory=set)  # paths whose GETs send no Content-Length (close ends them)
+    hold: dict[str, float] = field(default_factory=dict)  # path -> seconds a GET waits for a second GET of it
     url: str = ""
+    _arrived: threading.Condition = field(default_factory=threading.Condition)
+    _gets: dict[str, int] = field(default_factory=dict)
 
     def add(self, repo: str, file: str, content: bytes) -> str:
         self.files[(repo, file)] = content
@@ -51,9 +56,13 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
 
         def _lookup(self) -> tuple[bytes | None, dict[str, str], int]:
             path = self.path.split("?", 1)[0]
-            if path.startswith("/files/"):
+            if path.startswith("/files/"):  # a static file server: validators, ranges
                 body = hub.plain.get(path[len("/files/"):])
-                return body, {}, 200 if body is not None else 404
+                if body is None:
+                    return None, {}, 404
+                etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
+                return body, {"ETag": etag, "Last-Modified": "Tue, 01 Dec 2026 00:00:00 GMT",
+                              "Accept-Ranges": "bytes"}, 200
             m = _RESOLVE.match(path)
             if m is None:
                 return None, {}, 404
@@ -66,7 +75,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if body is None:
                 return None, {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found",
                               "X-Repo-Commit": COMMIT}, 404
-            sha = hashlib.sha256(body).hexdigest()
+            sha = hub.etags.get((repo, file)) or hashlib.sha256(body).hexdigest()
             return body, {"X-Repo-Commit": COMMIT, "ETag": f'"{sha}"', "X-Linked-Etag": f'"{sha}"',
                           "X-Linked-Size": str(len(body)), "Accept-Ranges": "bytes"}, 200
 
@@ -82,20 +91,31 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 return
             start = 0
-            if rng is not None and send_body:
+            if_range = self.headers.get("If-Range")
+            if rng is not None and send_body and if_range in (None, headers.get("ETag"), headers.get("Last-Modified")):
                 start = int(re.fullmatch(r"bytes=(\d+)-", rng)[1])  # type: ignore[index]
                 status = 206
+                if start >= len(body):
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(body)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
             part = body[start:]
+            key = self.path.split("?", 1)[0]
             self.send_response(status)
             for k, v in headers.items():
                 self.send_header(k, v)
             if status == 206:
                 self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-            self.send_header("Content-Length", str(len(part)))
+            if key in hub.no_length and send_body:
+                self.close_connection = True
+            else:
+                self.send_header("Content-Length", str(len(part)))
             self.end_headers()
             if not send_body:
                 return
-            key = self.path.split("?", 1)[0]
+            self._hold(key)
             cut = hub.drop_after.pop(key, hub.drop_every.get(key))
             if cut is not None:  # break the connection mid-body, once
                 self.wfile.write(part[:cut])
@@ -103,6 +123,15 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             self.wfile.write(part)
+
+        def _hold(self, key: str) -> None:
+            """Wait (up to hub.hold[key] seconds) until another GET of the same path arrives: two clients then
+            download at the same time, unless something keeps the second one from asking."""
+            with hub._arrived:
+                hub._gets[key] = hub._gets.get(key, 0) + 1
+                hub._arrived.notify_all()
+                if key in hub.hold:
+                    hub._arrived.wait_for(lambda: hub._gets[key] >= 2, hub.hold[key])
 
         def do_HEAD(self) -> None:
             self._answer(send_body=False)

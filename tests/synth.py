@@ -45,8 +45,10 @@ def write_tiny(
     seed: int = 0,
     skip: tuple[str, ...] = (),
     drop_keys: tuple[str, ...] = (),
+    untied: bool = False,
 ) -> Path:
-    """Write a tiny model; `skip` leaves out tensors and `drop_keys` metadata keys (for error tests)."""
+    """Write a tiny model; `skip` leaves out tensors and `drop_keys` metadata keys (for error tests); `untied` adds
+    a separate output head (so the next token is not mostly the last one again: varied, prompt-dependent text)."""
     if n_layer is None:
         n_layer = 6 if arch == "gemma3" else 2  # gemma3: layer 5 is the first global (non-sliding) layer
     rng = np.random.default_rng(seed)
@@ -91,6 +93,8 @@ def write_tiny(
         "token_embd.weight": (rng.standard_normal((n_vocab, n_embd)).astype(np.float32), qtype),
         "output_norm.weight": (norm(n_embd), Q.F32),
     }
+    if untied:
+        tensors["output.weight"] = (rng.standard_normal((n_vocab, n_embd)).astype(np.float32) * 3.0, qtype)
     for i in range(n_layer):
         p = f"blk.{i}."
         tensors.update({

@@ -202,15 +202,19 @@ def test_a_killed_hub_download_resumes_and_a_bad_one_never_enters_the_cache(
     blobs.mkdir(parents=True)
     (blobs / f"{sha}.cuca-incomplete").write_bytes(b"X" * 3000)  # what a killed run left, with wrong bytes
     name = _preset(monkeypatch, sha256=sha)
-    with pytest.raises(SourceError, match="sha256 mismatch"):
-        ModelSource.parse(name).resolve(progress=False)
-    assert hub.gets("tiny.gguf") == ["bytes=3000-"] and list(blobs.iterdir()) == []
+    assert ModelSource.parse(name).resolve(progress=False).read_bytes() == body  # resumed, rejected, fetched whole
+    assert hub.gets("tiny.gguf") == ["bytes=3000-", None] and list(blobs.iterdir()) == [blobs / sha]
+
+    def forget() -> None:
+        for p in (tmp_path / "hf" / "hub").rglob("tiny.gguf"):
+            p.resolve().unlink()
+            p.unlink()
+
+    forget()
     (blobs / f"{sha}.cuca-incomplete").write_bytes(b"X" * (len(body) + 1))  # longer than the file: start over
     assert ModelSource.parse(name).resolve(progress=False).read_bytes() == body
     assert hub.gets("tiny.gguf")[-1] is None
-    for p in (tmp_path / "hf" / "hub").rglob("tiny.gguf"):
-        p.resolve().unlink()
-        p.unlink()
+    forget()
     (blobs / f"{sha}.cuca-incomplete").write_bytes(body[:3000])  # the right bytes this time
     assert ModelSource.parse(name).resolve(progress=False).read_bytes() == body
     assert hub.gets("tiny.gguf")[-1] == "bytes=3000-"

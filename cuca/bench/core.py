@@ -173,7 +173,7 @@ class Bench:
         from ..local import LocalModel, LocalModelConfig
 
         self.lm = LocalModel(LocalModelConfig(model, drafter=drafter, draft_tokens=draft_tokens, context_length=n_ctx,
-                                              threads=threads))
+                                              threads=threads, allow_long_context=True))  # tiny test files: 512
         self.path = Path(self.lm.path)
         self.arch = str(getattr(self.lm.model, "arch", self.lm.file.architecture))
         self.draft_tokens = draft_tokens

@@ -135,6 +135,8 @@ def _resolve_path(value: str) -> Path:
         return p
     if p.is_dir():
         raise SourceError(f"model path {str(p)!r} is a directory: give the .gguf file inside it")
+    if p.exists():
+        raise SourceError(f"model path {str(p)!r} is not a regular file (a device, pipe or socket): give a .gguf file")
     hint = f" (check the path; a hub file is {_HF_FORM})"
     if "/" not in value and os.sep not in value and not value.endswith(".gguf"):
         close = difflib.get_close_matches(value, list(PRESETS), n=1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
-import shutil
+import re
 import sys
 import urllib.error
 import urllib.parse
@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import SourceError
 
 _TRUE = {"1", "on", "yes", "true"}
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def hub_cache_dir() -> Path:
@@ -157,7 +158,10 @@ def download_hub(
     except OSError as e:  # an incomplete transfer after retries, or a full disk
         raise SourceError(f"{ref}: download failed ({e}); run the same command again to retry") from None
     path = Path(got)
-    _check(path, ref, size, sha256, full=fresh and not verified, remove=[path.resolve(), path])
+    expect = sha256
+    if expect is None and fresh and not verified and _SHA256.fullmatch(path.resolve().name):
+        expect = path.resolve().name  # an LFS blob is named by its sha256, which the hub sent as its ETag
+    _check(path, ref, size, expect, full=fresh and not verified, remove=[path.resolve(), path])
     return path
 
 
@@ -200,17 +204,25 @@ def _fetch_blob_resumably(
         headers = build_hf_headers()
         if urllib.parse.urlsplit(source).netloc != urllib.parse.urlsplit(url).netloc:
             headers.pop("authorization", None)  # a signed CDN URL: the token stays with the hub
-        try:
-            with open(part, "ab") as f:
-                http_get(source, f, resume_size=have, headers=headers, expected_size=meta.size,
-                         displayed_filename=file, tqdm_class=_progress_class(progress))
-        except Exception as e:
-            got = part.stat().st_size if part.is_file() else 0
-            raise SourceError(
-                f"download of {ref} broke off at {got} of {meta.size} bytes ({e}); run the same command again to "
-                "resume"
-            ) from None
-        _check(part, ref, size, sha256, full=True, remove=[part])
+        # an LFS file's ETag is its sha256: the hub's own hash checks the bytes when the caller knows none
+        expect = sha256 or (meta.etag if _SHA256.fullmatch(meta.etag) else None)
+        for resume in (have, 0) if have else (0,):
+            try:
+                with open(part, "ab" if resume else "wb") as f:
+                    http_get(source, f, resume_size=resume, headers=headers, expected_size=meta.size,
+                             displayed_filename=file, tqdm_class=_progress_class(progress))
+            except Exception as e:
+                got = part.stat().st_size if part.is_file() else 0
+                raise SourceError(
+                    f"download of {ref} broke off at {got} of {meta.size} bytes ({e}); run the same command again "
+                    "to resume"
+                ) from None
+            try:
+                _check(part, ref, size, expect, full=True, remove=[part])
+                break
+            except SourceError:
+                if not resume:
+                    raise  # a whole download that does not match: the upload, not a kept partial, is wrong
         os.replace(part, blob)
     return True
 
@@ -224,51 +236,138 @@ def url_cache_path(url: str) -> Path:
 
 
 def download_url(url: str, sha256: str | None = None, progress: bool = True, timeout: float = 30.0) -> Path:
-    """A file behind an http(s) URL, kept in the shared cache. An interrupted download leaves `<file>.incomplete`
-    behind and the next call resumes it with an HTTP Range request."""
+    """A file behind an http(s) URL, kept in the shared cache. One process at a time fetches a URL (a file lock
+    under the cache's .locks/); an interrupted download leaves `<file>.incomplete` and the validator of the
+    response it came from, and the next call resumes it with a Range request that holds only while the file is
+    unchanged (If-Range); anything that cannot be shown complete is not cached as complete."""
+    from huggingface_hub.utils import WeakFileLock
+
     final = url_cache_path(url)
-    checked = final.with_name(final.name + ".sha256")  # the hash this file was checked against, once
-    if final.is_file():
-        if sha256 is not None and (not checked.is_file() or checked.read_text().strip() != sha256):
-            _check(final, url, None, sha256, full=True, remove=[final, checked])
-            checked.write_text(sha256 + "\n")
+    if final.is_file() and _stamped(final, sha256):
         return final
-    if offline():
+    if not final.is_file() and offline():
         raise SourceError(
             f"{url} is not in the cache at {final.parent} and offline mode is on (HF_HUB_OFFLINE=1): run "
             f"`cuca pull {url}` with network access first, or unset HF_HUB_OFFLINE"
         )
     final.parent.mkdir(parents=True, exist_ok=True)
+    lock = hub_cache_dir() / ".locks" / "cuca-urls" / f"{final.parent.name}.lock"  # one per URL, across processes
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with WeakFileLock(lock):
+        if final.is_file():  # cached before, or by another process while we waited
+            if not _stamped(final, sha256):
+                _check(final, url, None, sha256, full=True, remove=[final, _stamp_path(final)])
+                _stamp(final, sha256)
+            return final
+        resumed = _fetch_url(url, final, sha256, progress, timeout, resume=True)
+        if resumed is None:  # the kept partial was not part of this file: once more, from the start
+            _fetch_url(url, final, sha256, progress, timeout, resume=False)
+    return final
+
+
+def _stamp_path(final: Path) -> Path:
+    return final.with_name(final.name + ".sha256")
+
+
+def _stamped(final: Path, sha256: str | None) -> bool:
+    """Whether `final` was checked against `sha256` (always, when none is asked for) and is unchanged in size."""
+    if sha256 is None:
+        return True
+    try:
+        digest, size = _stamp_path(final).read_text().split()[:2]
+        return digest == sha256 and int(size) == final.stat().st_size
+    except (OSError, ValueError):
+        return False
+
+
+def _stamp(final: Path, sha256: str | None) -> None:
+    if sha256 is not None:
+        tmp = _stamp_path(final).with_suffix(".sha256.tmp")
+        tmp.write_text(f"{sha256} {final.stat().st_size}\n")
+        os.replace(tmp, _stamp_path(final))
+
+
+def _validator(headers: Any) -> str | None:
+    """What If-Range can name for this response: a strong ETag, else Last-Modified."""
+    etag = headers.get("ETag")
+    if etag and not etag.startswith("W/"):
+        return str(etag)
+    modified = headers.get("Last-Modified")
+    return str(modified) if modified else None
+
+
+def _fetch_url(url: str, final: Path, sha256: str | None, progress: bool, timeout: float, resume: bool) -> bool | None:
+    """Download `url` into `final` (the caller holds its lock). Returns whether a partial was resumed, or None when
+    the kept partial turned out not to belong to this file (it is gone then; the caller starts over)."""
     part = final.with_name(final.name + ".incomplete")
-    have = part.stat().st_size if part.is_file() else 0
-    req = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    since = part.with_name(part.name + ".validator")  # the validator of the response the partial came from
+    have = part.stat().st_size if resume and part.is_file() else 0
+    validator = since.read_text().strip() if have and since.is_file() else None
+    if not validator:  # nothing shows the partial is part of today's file: do not resume it
+        have = 0
+    headers = {"Range": f"bytes={have}-", "If-Range": validator} if have and validator else {}
     total: int | None = None
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            if have and resp.status != 206:  # the server ignored the Range: start over
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as resp:
+            if have and resp.status == 206:
+                m = re.fullmatch(r"bytes (\d+)-\d+/(\d+)", resp.headers.get("Content-Range", "").strip())
+                if m is None or int(m[1]) != have:
+                    _discard(part, since)
+                    return None
+                total = int(m[2])
+            else:  # a whole body: the file changed (If-Range failed), or the server ignores ranges
                 have = 0
-            length = resp.headers.get("Content-Length")
-            total = have + int(length) if length is not None else None
-            bar = _progress_class(progress)(
-                total=total, initial=have, unit="B", unit_scale=True, desc=final.name, file=sys.stderr
-            )
-            with bar, open(part, "ab" if have else "wb") as f:
-                while chunk := resp.read(1 << 20):
-                    f.write(chunk)
-                    bar.update(len(chunk))
+                length = resp.headers.get("Content-Length")
+                total = int(length) if length is not None and length.isdigit() else None
+                chunked = "chunked" in resp.headers.get("Transfer-Encoding", "").lower()
+                if total is None and not chunked and sha256 is None:
+                    raise SourceError(f"{url}: the server sent no Content-Length, so a download that breaks off "
+                                      "cannot be told from a complete one; add #sha256=<hash> to the URL")
+                v = _validator(resp.headers)
+                since.unlink(missing_ok=True)
+                if v is not None:
+                    since.write_text(v + "\n")
+            _receive(resp, part, have, total, progress)
     except urllib.error.HTTPError as e:
-        if e.code == 416 and have:  # nothing left past what we have: the partial file is complete
-            pass
+        if e.code == 416 and have:  # nothing past what we have, and unchanged (If-Range held)
+            m = re.fullmatch(r"bytes \*/(\d+)", (e.headers.get("Content-Range") or "").strip())
+            if m is None or int(m[1]) != have:  # longer than the file, or a size we cannot confirm
+                _discard(part, since)
+                return None
+            total = have
         else:
             raise SourceError(f"{url}: the server answered {e.code} {e.reason}") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
         reason = getattr(e, "reason", e)
         kept = f"; {part.stat().st_size} bytes kept, run again to resume" if part.is_file() else ""
         raise SourceError(f"cannot download {url}: {reason}{kept}") from None
-    if total is not None and part.stat().st_size < total:
-        raise SourceError(f"download of {url} stopped at {part.stat().st_size} of {total} bytes; run again to resume")
-    _check(part, url, None, sha256, full=True, remove=[part])
-    shutil.move(str(part), final)
-    if sha256 is not None:
-        checked.write_text(sha256 + "\n")
-    return final
+    got = part.stat().st_size
+    if total is not None and got < total:
+        raise SourceError(f"download of {url} stopped at {got} of {total} bytes; run again to resume")
+    if total is not None and got > total:
+        _discard(part, since)
+        return None
+    try:
+        _check(part, url, None, sha256, full=True, remove=[part, since])
+    except SourceError:
+        if have:  # the kept bytes were wrong: start over rather than fail
+            return None
+        raise
+    os.replace(part, final)
+    since.unlink(missing_ok=True)
+    _stamp(final, sha256)
+    return bool(have)
+
+
+def _discard(part: Path, since: Path) -> None:
+    part.unlink(missing_ok=True)
+    since.unlink(missing_ok=True)
+
+
+def _receive(resp: Any, part: Path, have: int, total: int | None, progress: bool) -> None:
+    bar = _progress_class(progress)(total=total, initial=have, unit="B", unit_scale=True, desc=part.name,
+                                    file=sys.stderr)
+    with bar, open(part, "ab" if have else "wb") as f:
+        while chunk := resp.read(1 << 20):
+            f.write(chunk)
+            bar.update(len(chunk))

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import ConfigError
+from ..sampling import is_int
 from ..sources import ModelSource
+from .drafters.prompt_lookup import MAX_NGRAM
 
 
 @dataclass(frozen=True)
@@ -26,9 +28,9 @@ class DrafterSource:
 
     @classmethod
     def prompt_lookup(cls, max_ngram: int = 3) -> DrafterSource:
-        if not isinstance(max_ngram, int) or max_ngram < 1:
-            raise ConfigError(f"prompt_lookup max_ngram must be an integer >= 1, got {max_ngram!r}")
-        return cls("prompt_lookup", max_ngram=max_ngram)
+        if not is_int(max_ngram) or not 1 <= max_ngram <= MAX_NGRAM:
+            raise ConfigError(f"prompt_lookup max_ngram must be an integer in 1..{MAX_NGRAM}, got {max_ngram!r}")
+        return cls("prompt_lookup", max_ngram=int(max_ngram))
 
     @classmethod
     def parse(cls, value: DrafterSource | ModelSource | str | os.PathLike[str]) -> DrafterSource:

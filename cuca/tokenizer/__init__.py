@@ -54,6 +54,7 @@ class Tokenizer:
         self.hf = self.encoder.hf
         self._template_text = metadata.get("tokenizer.chat_template")
         self._chat: ChatTemplate | None = None
+        self._max_piece: int | None = None
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile | str | os.PathLike[str]) -> Tokenizer:
@@ -65,6 +66,13 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return len(self.tokens)
+
+    @property
+    def max_token_bytes(self) -> int:
+        """The most bytes of text one token stands for (bounds a text's token count from below)."""
+        if self._max_piece is None:
+            self._max_piece = max(map(len, self.vocab.pieces), default=1)
+        return self._max_piece
 
     def is_eog(self, token: int) -> bool:
         return token in self.eog_ids

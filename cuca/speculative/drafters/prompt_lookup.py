@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...sampling import SamplingParams
+from ...errors import ConfigError
+from ...sampling import SamplingParams, is_int
 from ..proposal import Proposal
+
+MAX_NGRAM = 32  # the index holds (max_ngram - min_ngram + 1) n-grams per position: keep it small
 
 
 class PromptLookupDrafter:
@@ -14,8 +17,9 @@ class PromptLookupDrafter:
     occurrence; the index grows incrementally as the history grows, so a round costs O(max_ngram)."""
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
-        if not 1 <= min_ngram <= max_ngram:
-            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        if not (is_int(min_ngram) and is_int(max_ngram) and 1 <= min_ngram <= max_ngram <= MAX_NGRAM):
+            raise ConfigError(f"prompt lookup needs integers 1 <= min_ngram <= max_ngram <= {MAX_NGRAM}, got "
+                              f"{min_ngram!r}, {max_ngram!r}")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self._index: dict[tuple[int, ...], int] = {}
         self._seen = 0  # history length indexed so far
