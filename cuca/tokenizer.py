@@ -131,12 +131,14 @@ class Tokenizer:
         types = self._per_token(metadata, "tokenizer.ggml.token_type")
         self.attrs = [_TYPE_ATTR.get(t, 0) for t in types] if types is not None else [NORMAL] * n
         scores = self._per_token(metadata, "tokenizer.ggml.scores")
+        if scores is not None and not all(type(s) in (int, float) for s in scores):
+            raise TokenizerError(f"{source}: tokenizer.ggml.scores must be numbers")
         self.scores = [float(s) for s in scores] if scores is not None else [0.0] * n
 
         spm, gemma4 = self.model == "llama", self.model == "gemma4"
         if self.model == "gpt2":
             self.pre = metadata.get("tokenizer.ggml.pre") or "default"
-            if self.pre not in PRE_TOKENIZERS:
+            if not isinstance(self.pre, str) or self.pre not in PRE_TOKENIZERS:
                 raise TokenizerError(f"{source}: unsupported tokenizer.ggml.pre {self.pre!r} (model gpt2)")
             regexes, self.clean_spaces, ignore_merges, add_bos = PRE_TOKENIZERS[self.pre]
         else:  # SPM: no clean-up, BOS by default; gemma4: BPE's clean-up, BOS always (llama.cpp overrides)
