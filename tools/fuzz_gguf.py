@@ -352,7 +352,11 @@ def mutate(raw: bytes, rng: random.Random) -> tuple[str, bytes]:
             g = Gguf(3, [], [], b"")
         if not g.kvs or not g.tensors:
             m = rng.choice([m_flip, m_truncate])
-        raw = m(g, raw, rng)
+        try:
+            raw = m(g, raw, rng)
+        except Exception:  # an earlier mutation changed what this one edits (a type, a length): flip bytes
+            m = m_flip
+            raw = m(g, raw, rng)
         names.append(m.__name__[2:])
     return "+".join(names), raw
 
@@ -446,7 +450,6 @@ def reap(r: Running, args: argparse.Namespace) -> tuple[str, str]:
 
 def campaign(args: argparse.Namespace) -> collections.Counter[str]:
     """Run --cases cases (the unmutated seeds first), --jobs at a time; print and return the counts."""
-    rng = random.Random(args.seed)
     out = Path(args.out) if args.out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
@@ -460,15 +463,16 @@ def campaign(args: argparse.Namespace) -> collections.Counter[str]:
         names = sorted(seeds)
         running: list[Running] = []
         t0 = time.monotonic()
-        for case in range(args.cases):
+        for case in range(args.first, args.cases):
             arch = names[case % len(names)]
+            rng = random.Random(f"{args.seed}:{case}")  # each case on its own: a campaign can be split or resumed
             label, data = ("seed", seeds[arch]) if case < len(names) else mutate(seeds[arch], rng)
             running.append(fork_case(f"{tmp}/case{case % args.jobs}-{len(running)}.gguf", data, case,
                                      f"{arch}:{label}", args))
             if len(running) >= args.jobs or case == args.cases - 1:
                 for r in running:
                     cls, msg = reap(r, args)
-                    if r.label.endswith(":seed") and cls != "generated":
+                    if r.label.endswith(":seed") and cls != "generated":  # the unmutated seeds must work
                         raise SystemExit(f"seed {r.label} does not generate: {msg}")
                     counts[cls] += 1
                     by_mutation[r.label.split(":", 1)[1].split("+")[0]][cls] += 1
@@ -478,8 +482,9 @@ def campaign(args: argparse.Namespace) -> collections.Counter[str]:
                             (out / f"{cls}-{r.case:05d}.gguf").write_bytes(r.data)
                 running = []
             if args.progress and (case + 1) % args.progress == 0:
-                print(f"[{case + 1} cases, {time.monotonic() - t0:.0f} s] {dict(counts)}", flush=True)
-    print(f"{args.cases} cases, seed {args.seed}: " + ", ".join(f"{c} {counts[c]}" for c in CLASSES), flush=True)
+                print(f"[case {case + 1}, {time.monotonic() - t0:.0f} s] {dict(counts)}", flush=True)
+    tally = ", ".join(f"{c} {counts[c]}" for c in CLASSES)
+    print(f"{args.cases - args.first} cases ({args.first}..{args.cases - 1}), seed {args.seed}: {tally}", flush=True)
     if args.by_mutation:
         for m, c in sorted(by_mutation.items()):
             print(f"  {m:<12} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
@@ -488,7 +493,8 @@ def campaign(args: argparse.Namespace) -> collections.Counter[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", type=int, default=1000)
+    ap.add_argument("--cases", type=int, default=1000, help="run cases --first .. --cases - 1")
+    ap.add_argument("--first", type=int, default=0, help="resume or split a campaign at this case")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=1, help="cases run at once")
     ap.add_argument("--timeout", type=float, default=20.0, help="CPU seconds before a case counts as a hang")
