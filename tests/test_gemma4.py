@@ -172,8 +172,8 @@ def test_trap4_7_per_layer_geometry(target) -> None:  # type: ignore[no-untyped-
     """Head dims per layer type (key_length is the full layers' one) and the double-wide MLP of shared layers."""
     for il, b in enumerate(target.blk):
         assert b.hd == TINY.head_dim(il)
-        assert b.ffn_gate.n_out == TINY.n_ff_at(il)
-        assert b.rope.n_rot == b.hd and (b.rope.freq_factors is None) == TINY.swa()[il]
+        assert b.mlp.ffn_gate.n_out == TINY.n_ff_at(il)
+        assert b.attn.rope.n_rot == b.hd and (b.attn.rope.freq_factors is None) == TINY.swa()[il]
 
 
 def test_trap12_mixed_dtypes(files: dict[str, Path], ref_files: dict[str, GGUFFile]) -> None:

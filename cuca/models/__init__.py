@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import GGUFError, ProviderError
 from ..gguf import GGUFFile
+from .batch import SeqRows
 from .cache import KVCache
 from .config import opt, req  # noqa: F401  (the typed reader, re-exported)
-from .layers import Ops
+from .ops import Ops
 
 ARCHITECTURES = ("llama", "gemma3", "gemma4", "qwen35")
 DRAFTER_ARCHITECTURES = ("gemma4-assistant",)  # drafters only: they need a target to run
@@ -33,6 +35,9 @@ class Model(Protocol):
 
     def head(self, h: np.ndarray) -> np.ndarray:
         """Post-norm hidden (M, n_embd) -> logits (M, n_vocab), final softcap included."""
+
+    def forward_batch(self, seqs: Sequence[SeqRows]) -> np.ndarray:
+        """Rows of several sequences (each its own cache and positions) -> their post-norm hidden states in order."""
 
 
 def load_model(f: GGUFFile, ops: Ops | None = None) -> Any:

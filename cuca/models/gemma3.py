@@ -13,9 +13,10 @@ import numpy as np
 
 from ..errors import GGUFError
 from ..gguf import GGUFFile
+from .batch import Batch, Decoder
 from .cache import KVCache
 from .config import F32_MAX, INT32_MAX, context_length, dim, eps, head_counts, layer_count, opt, rope_base, rope_scale
-from .layers import Ops, head_norm, last_or_all, linear, output_head, rms_norm, self_attention, softcap, vector
+from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Rope, linear, output_head, vector
 
 
 @dataclass(frozen=True)
@@ -74,27 +75,20 @@ class Config:
 
 class Block:
     def __init__(self, f: GGUFFile, c: Config, i: int):
-        p, q_dim, kv_dim = f"blk.{i}.", c.n_head * c.head_dim, c.n_head_kv * c.head_dim
+        p, swa = f"blk.{i}.", c.is_swa(i)
+        rope = Rope(c.head_dim, c.rope_base_swa if swa else c.rope_base, neox=True,
+                    scale=1.0 if swa else c.rope_scale)
+        mask = Mask(scale=c.attn_scale, window=c.window if swa else 0)
+        spec = AttnSpec(c.n_embd, c.n_head, c.n_head_kv, c.head_dim, rope, mask, eps=c.eps, qk_norm=True)
         self.attn_norm = vector(f, p + "attn_norm.weight", c.n_embd)
-        self.attn_q = linear(f, p + "attn_q.weight", q_dim, c.n_embd)
-        self.attn_k = linear(f, p + "attn_k.weight", kv_dim, c.n_embd)
-        self.attn_v = linear(f, p + "attn_v.weight", kv_dim, c.n_embd)
-        self.attn_q_norm = vector(f, p + "attn_q_norm.weight", c.head_dim)
-        self.attn_k_norm = vector(f, p + "attn_k_norm.weight", c.head_dim)
-        self.attn_output = linear(f, p + "attn_output.weight", c.n_embd, q_dim)
+        self.attn = Attention(f, p, spec, slot=i)
         self.post_attention_norm = vector(f, p + "post_attention_norm.weight", c.n_embd)
         self.ffn_norm = vector(f, p + "ffn_norm.weight", c.n_embd)
-        self.ffn_gate = linear(f, p + "ffn_gate.weight", c.n_ff, c.n_embd)
-        self.ffn_up = linear(f, p + "ffn_up.weight", c.n_ff, c.n_embd)
-        self.ffn_down = linear(f, p + "ffn_down.weight", c.n_embd, c.n_ff)
+        self.mlp = GatedMLP(f, p, c.n_embd, c.n_ff, act="gelu")
         self.post_ffw_norm = vector(f, p + "post_ffw_norm.weight", c.n_embd)
-        self.swa = c.is_swa(i)
-        self.window = c.window if self.swa else 0
-        self.rope_base = c.rope_base_swa if self.swa else c.rope_base
-        self.rope_scale = 1.0 if self.swa else c.rope_scale
 
 
-class Model:
+class Model(Decoder):
     arch = "gemma3"
 
     def __init__(self, f: GGUFFile, ops: Ops):
@@ -111,32 +105,18 @@ class Model:
         c = self.c
         return KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)] * c.n_layer)
 
-    def forward(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache, logits: str = "last") -> np.ndarray:
-        """tokens, positions: int32 (M,) -> logits float32 (M, n_vocab) for "all", (1, n_vocab) for "last"."""
-        return last_or_all(self, self.forward_hidden(tokens, positions, cache), logits)
-
     def head(self, h: np.ndarray) -> np.ndarray:
         """Post-norm hidden (M, n_embd) -> logits (M, n_vocab), soft-capped."""
-        return softcap(self.output(self.ops, h), self.c.final_softcap)
+        return self.ops.softcap(self.output(self.ops, h), self.c.final_softcap)
 
-    def forward_hidden(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache) -> np.ndarray:
-        """tokens, positions: int32 (M,) -> hidden states after output_norm, float32 (M, n_embd)."""
-        c, ops, m = self.c, self.ops, tokens.shape[0]
-        cache.check_room(int(positions[0]), m)
-        x = self.token_embd.rows(ops, tokens)
+    def run(self, batch: Batch) -> np.ndarray:
+        """The rows of `batch` -> hidden states after output_norm, float32 (M, n_embd)."""
+        c, ops = self.c, self.ops
+        x = self.token_embd.rows(ops, batch.tokens)
         x *= self.embd_scale
-        for il, b in enumerate(self.blk):
-            h = rms_norm(ops, x, b.attn_norm, c.eps)
-            q = head_norm(ops, b.attn_q(ops, h).reshape(m, c.n_head, c.head_dim), b.attn_q_norm, c.eps)
-            k = head_norm(ops, b.attn_k(ops, h).reshape(m, c.n_head_kv, c.head_dim), b.attn_k_norm, c.eps)
-            v = b.attn_v(ops, h).reshape(m, c.n_head_kv, c.head_dim)
-            ops.k.rope(q, positions, c.head_dim, b.rope_base, True, None, b.rope_scale, ops.threads)
-            ops.k.rope(k, positions, c.head_dim, b.rope_base, True, None, b.rope_scale, ops.threads)
-            a = self_attention(ops, cache, il, q, k, v, positions, b.window, c.attn_scale)
-            x += rms_norm(ops, b.attn_output(ops, a), b.post_attention_norm, c.eps)
-            h = rms_norm(ops, x, b.ffn_norm, c.eps)
-            g = b.ffn_gate(ops, h)
-            ops.k.gelu_mul(g, b.ffn_up(ops, h), g)
-            x += rms_norm(ops, b.ffn_down(ops, g), b.post_ffw_norm, c.eps)
-        cache.advance(int(positions[-1]) + 1)
-        return rms_norm(ops, x, self.output_norm, c.eps)
+        for b in self.blk:
+            a = b.attn(ops, ops.rms_norm(x, b.attn_norm, c.eps), batch)
+            x += ops.rms_norm(a, b.post_attention_norm, c.eps)
+            y = b.mlp(ops, ops.rms_norm(x, b.ffn_norm, c.eps))
+            x += ops.rms_norm(y, b.post_ffw_norm, c.eps)
+        return ops.rms_norm(x, self.output_norm, c.eps)

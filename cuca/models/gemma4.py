@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ..errors import ProviderError
 from ..gguf import GGUFFile
+from .batch import Batch, Decoder
 from .cache import KVCache
 from .config import (
     DIM_MAX,
@@ -34,7 +34,7 @@ from .config import (
     rope_base,
     rope_dims,
 )
-from .layers import Ops, head_norm, last_or_all, linear, output_head, rms_norm, self_attention, softcap, vector
+from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Rope, linear, output_head, vector
 
 
 @dataclass(frozen=True)
@@ -112,20 +112,14 @@ class Config:
         raise ProviderError(f"no layer before layer {self.first_shared} owns {'sliding' if swa else 'full'} K/V")
 
 
-@dataclass(frozen=True)
-class Rope:
-    """One layer's RoPE: NeoX pairing; full layers divide angles by `rope_freqs` (1e30 = not rotated)."""
-
-    n_rot: int
-    base: float
-    freq_factors: np.ndarray | None
-
-    def __call__(self, ops: Ops, x: np.ndarray, positions: np.ndarray) -> None:
-        ops.k.rope(x, positions, self.n_rot, self.base, True, self.freq_factors, 1.0, ops.threads)
-
-
-def layer_rope(c: Config, swa: bool, rope_freqs: np.ndarray | None) -> Rope:
-    return Rope(c.n_rot_swa, c.rope_base_swa, None) if swa else Rope(c.n_rot, c.rope_base, rope_freqs)
+def attn_spec(c: Config, il: int, rope_freqs: np.ndarray | None) -> AttnSpec:
+    """Layer il's attention: NeoX RoPE (full layers divide angles by `rope_freqs`, 1e30 = not rotated), scale 1.0,
+    weighted q/k norms and an unweighted v norm."""
+    swa = c.swa[il]
+    rope = Rope(c.n_rot_swa, c.rope_base_swa, neox=True) if swa else Rope(c.n_rot, c.rope_base, neox=True,
+                                                                              freq_factors=rope_freqs)
+    return AttnSpec(c.n_embd, c.n_head[il], c.n_head_kv[il], c.head_dim(il), rope,
+                    Mask(scale=1.0, window=c.window if swa else 0), eps=c.eps, qk_norm=True, v_norm=True)
 
 
 def rope_freqs_of(f: GGUFFile, c: Config) -> np.ndarray | None:
@@ -137,53 +131,41 @@ def out_scale(f: GGUFFile, name: str) -> np.float32:
 
 
 class QueryLayer:
-    """What a Gemma 4 layer and a drafter layer share: query side, output, norms, MLP, output scale."""
+    """What a Gemma 4 layer and a drafter layer share: norms around `attn` (built by the caller: owning K/V or
+    reading a cache layer), the GELU MLP, the output scale."""
 
-    def __init__(self, f: GGUFFile, c: Config, il: int, rope_freqs: np.ndarray | None):
-        p, hd, e, n_head = f"blk.{il}.", c.head_dim(il), c.n_embd, c.n_head[il]
-        self.hd, self.n_head = hd, n_head
-        self.window = c.window if c.swa[il] else 0
-        self.rope = layer_rope(c, c.swa[il], rope_freqs)
+    def __init__(self, f: GGUFFile, c: Config, il: int, attn: Attention):
+        p, e = f"blk.{il}.", c.n_embd
+        self.attn = attn
+        self.hd, self.n_head = attn.spec.head_dim, attn.spec.n_head
         self.attn_norm = vector(f, p + "attn_norm.weight", e)
-        self.attn_q = linear(f, p + "attn_q.weight", n_head * hd, e)
-        self.attn_q_norm = vector(f, p + "attn_q_norm.weight", hd)
-        self.attn_output = linear(f, p + "attn_output.weight", e, n_head * hd)
         self.post_attention_norm = vector(f, p + "post_attention_norm.weight", e)
         self.ffn_norm = vector(f, p + "ffn_norm.weight", e)
-        self.ffn_gate = linear(f, p + "ffn_gate.weight", c.n_ff[il], e)
-        self.ffn_up = linear(f, p + "ffn_up.weight", c.n_ff[il], e)
-        self.ffn_down = linear(f, p + "ffn_down.weight", e, c.n_ff[il])
+        self.mlp = GatedMLP(f, p, e, c.n_ff[il], act="gelu")
         self.post_ffw_norm = vector(f, p + "post_ffw_norm.weight", e)
         self.out_scale = out_scale(f, p + "layer_output_scale.weight")
 
 
 class Block(QueryLayer):
     def __init__(self, f: GGUFFile, c: Config, il: int, rope_freqs: np.ndarray | None):
-        super().__init__(f, c, il, rope_freqs)
-        p, hd, e, n_kv = f"blk.{il}.", self.hd, c.n_embd, c.n_head_kv[il]
-        self.n_head_kv = n_kv
+        p = f"blk.{il}."
         self.owns_kv = il < c.first_shared
         self.kv_layer = il if self.owns_kv else c.kv_source(c.swa[il])  # K/V tensors on shared layers are ignored
-        if self.owns_kv:
-            self.attn_k = linear(f, p + "attn_k.weight", n_kv * hd, e)
-            self.attn_k_norm = vector(f, p + "attn_k_norm.weight", hd)
-            # no attn_v: V is the raw K projection (attention_k_eq_v)
-            self.attn_v = linear(f, p + "attn_v.weight", n_kv * hd, e) if p + "attn_v.weight" in f.tensors else None
+        attn = Attention(f, p, attn_spec(c, il, rope_freqs), self.kv_layer, owns_kv=self.owns_kv)
+        super().__init__(f, c, il, attn)
+        self.n_head_kv = c.n_head_kv[il]
         if c.n_ple:
-            self.inp_gate = linear(f, p + "inp_gate.weight", c.n_ple, e)
-            self.proj = linear(f, p + "proj.weight", e, c.n_ple)
-            self.post_norm = vector(f, p + "post_norm.weight", e)
+            self.inp_gate = linear(f, p + "inp_gate.weight", c.n_ple, c.n_embd)
+            self.proj = linear(f, p + "proj.weight", c.n_embd, c.n_ple)
+            self.post_norm = vector(f, p + "post_norm.weight", c.n_embd)
 
 
-def sandwich_mlp(ops: Ops, b: Any, x: np.ndarray, eps: float) -> None:
-    """x += post_ffw_norm(down(gelu_tanh(gate(h)) * up(h))), h = ffn_norm(x); in place."""
-    h = rms_norm(ops, x, b.ffn_norm, eps)
-    g = b.ffn_gate(ops, h)
-    ops.k.gelu_mul(g, b.ffn_up(ops, h), g)
-    x += rms_norm(ops, b.ffn_down(ops, g), b.post_ffw_norm, eps)
+def sandwich_mlp(ops: Ops, b: QueryLayer, x: np.ndarray, eps: float) -> None:
+    """x += post_ffw_norm(mlp(ffn_norm(x))); in place."""
+    x += ops.rms_norm(b.mlp(ops, ops.rms_norm(x, b.ffn_norm, eps)), b.post_ffw_norm, eps)
 
 
-class Model:
+class Model(Decoder):
     arch = "gemma4"
 
     def __init__(self, f: GGUFFile, ops: Ops):
@@ -221,43 +203,27 @@ class Model:
         tok *= np.float32(math.sqrt(c.n_ple))
         ctx = self.per_layer_model_proj(ops, x0)
         ctx *= np.float32(1.0 / math.sqrt(c.n_embd))
-        ctx = head_norm(ops, ctx.reshape(m, c.n_layer, c.n_ple), self.per_layer_proj_norm, c.eps)
+        ctx = ops.rms_norm(ctx.reshape(m, c.n_layer, c.n_ple), self.per_layer_proj_norm, c.eps)
         ctx += tok
         ctx *= np.float32(2.0**-0.5)
         return ctx
 
-    def forward(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache, logits: str = "last") -> np.ndarray:
-        """tokens, positions: int32 (M,) -> logits float32 (M, n_vocab) for "all", (1, n_vocab) for "last"."""
-        return last_or_all(self, self.forward_hidden(tokens, positions, cache), logits)
-
     def head(self, h: np.ndarray) -> np.ndarray:
         """Post-norm hidden (M, n_embd) -> logits (M, n_vocab), soft-capped."""
-        return softcap(self.output(self.ops, h), self.c.softcap)
+        return self.ops.softcap(self.output(self.ops, h), self.c.softcap)
 
-    def forward_hidden(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache) -> np.ndarray:
-        """tokens, positions: int32 (M,) -> hidden states after output_norm, float32 (M, n_embd)."""
-        c, ops, m = self.c, self.ops, tokens.shape[0]
-        cache.check_room(int(positions[0]), m)
-        x = self.embed(tokens)
-        ple = self.per_layer_inputs(tokens, x) if c.n_ple else None
+    def run(self, batch: Batch) -> np.ndarray:
+        """The rows of `batch` -> hidden states after output_norm, float32 (M, n_embd)."""
+        c, ops = self.c, self.ops
+        x = self.embed(batch.tokens)
+        ple = self.per_layer_inputs(batch.tokens, x) if c.n_ple else None
         for il, b in enumerate(self.blk):
-            h = rms_norm(ops, x, b.attn_norm, c.eps)
-            q = head_norm(ops, b.attn_q(ops, h).reshape(m, b.n_head, b.hd), b.attn_q_norm, c.eps)
-            b.rope(ops, q, positions)
-            k = v = None
-            if b.owns_kv:
-                k_raw = b.attn_k(ops, h).reshape(m, b.n_head_kv, b.hd)
-                v_raw = b.attn_v(ops, h).reshape(m, b.n_head_kv, b.hd) if b.attn_v is not None else k_raw
-                k = head_norm(ops, k_raw, b.attn_k_norm, c.eps)
-                v = head_norm(ops, v_raw, None, c.eps)  # V: RMS norm without weight, no RoPE
-                b.rope(ops, k, positions)
-            a = self_attention(ops, cache, b.kv_layer, q, k, v, positions, b.window, 1.0)
-            x += rms_norm(ops, b.attn_output(ops, a), b.post_attention_norm, c.eps)
+            a = b.attn(ops, ops.rms_norm(x, b.attn_norm, c.eps), batch)
+            x += ops.rms_norm(a, b.post_attention_norm, c.eps)
             sandwich_mlp(ops, b, x, c.eps)
             if ple is not None:
                 g = b.inp_gate(ops, x)
-                ops.k.gelu_mul(g, np.ascontiguousarray(ple[:, il, :]), g)
-                x += rms_norm(ops, b.proj(ops, g), b.post_norm, c.eps)
+                ops.act_mul("gelu", g, ops.contiguous(ple[:, il, :]), g)
+                x += ops.rms_norm(b.proj(ops, g), b.post_norm, c.eps)
             x *= b.out_scale
-        cache.advance(int(positions[-1]) + 1)
-        return rms_norm(ops, x, self.output_norm, c.eps)
+        return ops.rms_norm(x, self.output_norm, c.eps)

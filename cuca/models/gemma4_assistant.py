@@ -16,20 +16,18 @@ from ..errors import ProviderError
 from ..gguf import GGUFFile
 from .cache import KVCache
 from .config import dim, opt
-from .gemma4 import Config, QueryLayer, rope_freqs_of, sandwich_mlp
+from .gemma4 import Config, QueryLayer, attn_spec, rope_freqs_of, sandwich_mlp
 from .gemma4 import Model as Target
-from .layers import Linear, Ops, head_norm, linear, rms_norm, vector
+from .layers import Attention, Ops, linear, vector
+from .layers import requantize as to_q8_0
 
 
 class Block(QueryLayer):
     def __init__(self, f: GGUFFile, c: Config, il: int, target: Target, rope_freqs: np.ndarray | None):
-        super().__init__(f, c, il, rope_freqs)  # no K/V projections: the layer reads the target's
         self.kv_layer = target.c.kv_source(c.swa[il])  # the target's cache layer this layer reads
-
-    def requantize(self) -> None:
-        for name, v in vars(self).items():
-            if isinstance(v, Linear):
-                setattr(self, name, v.as_q8_0())
+        # no K/V projections: the layer reads the target's
+        attn = Attention(f, f"blk.{il}.", attn_spec(c, il, rope_freqs), self.kv_layer, owns_kv=False)
+        super().__init__(f, c, il, attn)
 
 
 def check_pair(f: GGUFFile, c: Config, n_embd_out: int, target: Target) -> None:
@@ -79,7 +77,7 @@ class Assistant:
         self.blk = [Block(f, c, il, target, self.rope_freqs) for il in range(c.n_layer)]
         if requantize:
             for b in self.blk:
-                b.requantize()
+                to_q8_0(b)
             self.token_embd = self.token_embd.as_q8_0()
             self.pre_projection = self.pre_projection.as_q8_0()
             self.post_projection = self.post_projection.as_q8_0()
@@ -88,20 +86,15 @@ class Assistant:
         """tokens int32 (M,), h float32 (M, n_embd_target), all at position `pos`, reading the target cache's first
         `pos` positions -> (draft logits (M, n_vocab), next hidden (M, n_embd_target))."""
         c, ops, m = self.c, self.ops, tokens.shape[0]
-        x = np.concatenate([self.target.embed(tokens), h], axis=1)
-        z = self.pre_projection(ops, np.ascontiguousarray(x, np.float32))
+        z = self.pre_projection(ops, ops.concat([self.target.embed(tokens), h], axis=1))
         positions = np.full(m, pos, np.int32)
         for b in self.blk:
-            a = rms_norm(ops, z, b.attn_norm, c.eps)
-            q = head_norm(ops, b.attn_q(ops, a).reshape(m, b.n_head, b.hd), b.attn_q_norm, c.eps)
-            b.rope(ops, q, positions)
-            kc, vc = cache.k[b.kv_layer], cache.v[b.kv_layer]
-            o = np.empty((m, b.n_head, vc.shape[2]), np.float32)
-            ops.k.attention(q, kc, vc, positions, pos, b.window, 1.0, 0.0, o, ops.threads)
-            z += rms_norm(ops, b.attn_output(ops, o.reshape(m, -1)), b.post_attention_norm, c.eps)
+            q, _ = b.attn.query(ops, ops.rms_norm(z, b.attn_norm, c.eps), positions)
+            o = b.attn.attend(ops, q, positions, cache, n_kv=pos)  # M alternatives at one position
+            z += ops.rms_norm(b.attn.output(ops, o, None), b.post_attention_norm, c.eps)
             sandwich_mlp(ops, b, z, c.eps)
             z *= b.out_scale
-        zn = rms_norm(ops, z, self.output_norm, c.eps)
+        zn = ops.rms_norm(z, self.output_norm, c.eps)
         return self.token_embd(ops, zn), self.post_projection(ops, zn)
 
 

@@ -1,30 +1,26 @@
-"""Shared blocks for the architecture files: bound weights and thin calls into the kernels.
+"""Shared blocks for the architecture files: bound weights (`Linear`, `vector`), the attention sub-block
+(`Attention`: projections, q/k norms, a `Rope`, the cache slot) and the gated MLP (`GatedMLP`).
 
-Every call here goes through batch-invariant kernels (never BLAS), so a row's result does not depend on how many
-rows travel with it: that is what makes speculative verification equal plain decoding bit for bit.
+Every call here goes through `Ops`, whose kernels are batch invariant (never BLAS), so a row's result does not
+depend on how many rows travel with it: that is what makes speculative verification equal plain decoding bit for
+bit, and rows of several sequences in one pass equal each sequence run alone.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .. import kernels
 from ..errors import ProviderError
 from ..gguf import GGUFFile, TensorInfo
 from ..quants import FLOAT_TYPES, Q8_0, SUPPORTED_TYPES, dequantize, quantize_q8_0, row_bytes
-from .cache import KVCache
+from .batch import Batch
 from .config import float_weight
+from .ops import Mask, Ops, Rope
 
-
-class Ops:
-    """The kernel implementation and thread count a model runs with."""
-
-    def __init__(self, threads: int = 0, impl: ModuleType | None = None):
-        self.k: ModuleType = impl if impl is not None else kernels.impl
-        self.threads = threads
+__all__ = ["Attention", "AttnSpec", "GatedMLP", "Linear", "Mask", "Ops", "Rope", "linear", "output_head", "vector"]
 
 
 class Linear:
@@ -42,9 +38,7 @@ class Linear:
         assert self.w.nbytes == self.n_out * row_bytes(self.wtype, self.n_in)
 
     def __call__(self, ops: Ops, x: np.ndarray) -> np.ndarray:
-        out = np.empty((x.shape[0], self.n_out), np.float32)
-        ops.k.matmul(self.w, self.wtype, self.n_out, self.n_in, x, out, ops.threads)
-        return out
+        return ops.matmul(self, x)
 
     def as_q8_0(self) -> Linear:
         """This weight stored as Q8_0 (float matrices only; quantized ones are returned as they are)."""
@@ -60,9 +54,7 @@ class Linear:
 
     def rows(self, ops: Ops, ids: np.ndarray) -> np.ndarray:
         """Embedding lookup: dequantized rows `ids` (M,) -> (M, n_in)."""
-        out = np.empty((ids.shape[0], self.n_in), np.float32)
-        ops.k.get_rows(self.w, self.wtype, self.n_out, self.n_in, ids, out)
-        return out
+        return ops.get_rows(self, ids)
 
 
 def linear(f: GGUFFile, name: str, n_out: int, n_in: int) -> Linear:
@@ -81,66 +73,118 @@ def vector(f: GGUFFile, name: str, n: int) -> np.ndarray:
     return float_weight(f, name, (n,))
 
 
-def rms_norm(ops: Ops, x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
-    out = np.empty_like(x)
-    ops.k.rms_norm(x, w, eps, out, ops.threads)
-    return out
+def requantize(obj: Any) -> None:
+    """Store every float `Linear` of obj (and of the blocks it holds) as Q8_0."""
+    for name, v in vars(obj).items():
+        if isinstance(v, Linear):
+            setattr(obj, name, v.as_q8_0())
+        elif isinstance(v, (Attention, GatedMLP)):
+            requantize(v)
 
 
-def head_norm(ops: Ops, x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
-    """RMS norm over each head of x (M, n_head, hd); w None: no weight."""
-    m, h, d = x.shape
-    out = np.empty_like(x)
-    ops.k.rms_norm(x.reshape(m * h, d), w, eps, out.reshape(m * h, d), ops.threads)
-    return out
+@dataclass(frozen=True)
+class AttnSpec:
+    """The geometry and options of one attention sub-block."""
+
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    rope: Rope
+    mask: Mask
+    eps: float = 0.0  # of the q/k/v norms
+    qk_norm: bool = False  # per-head RMS norms of q and k with weights attn_q_norm / attn_k_norm
+    v_norm: bool = False  # unweighted per-head RMS norm of v (Gemma 4)
+    gated: bool = False  # attn_q gives per head [query | gate]; the output is multiplied by sigmoid(gate)
 
 
-def self_attention(
-    ops: Ops,
-    cache: KVCache,
-    layer: int,
-    q: np.ndarray,
-    k: np.ndarray | None,
-    v: np.ndarray | None,
-    positions: np.ndarray,
-    window: int,
-    scale: float,
-    softcap: float = 0.0,
-) -> np.ndarray:
-    """Store k/v (M, n_kv_head, hd) at `positions` (contiguous) in `layer`; attend q (M, n_head, hd).
+class Attention:
+    """Self-attention over each sequence's cache: q/k/v projections (no attn_v: v is the k projection), norms,
+    RoPE at the rows' positions, K/V stored in cache layer `slot`, output projection. `owns_kv=False`: only the
+    query side; the layer reads the K/V another layer wrote at `slot` (KV sharing, drafters)."""
 
-    Returns (M, n_head * hd_v).
+    def __init__(self, f: GGUFFile, prefix: str, spec: AttnSpec, slot: int, *, owns_kv: bool = True):
+        s, e, hd = spec, spec.n_embd, spec.head_dim
+        self.spec, self.slot, self.owns_kv = spec, slot, owns_kv
+        self.rope, self.mask = spec.rope, spec.mask
+        self.attn_q = linear(f, prefix + "attn_q.weight", (2 if s.gated else 1) * s.n_head * hd, e)
+        self.attn_output = linear(f, prefix + "attn_output.weight", e, s.n_head * hd)
+        self.attn_q_norm = vector(f, prefix + "attn_q_norm.weight", hd) if s.qk_norm else None
+        if owns_kv:
+            kv_dim = s.n_head_kv * hd
+            self.attn_k = linear(f, prefix + "attn_k.weight", kv_dim, e)
+            self.attn_k_norm = vector(f, prefix + "attn_k_norm.weight", hd) if s.qk_norm else None
+            name = prefix + "attn_v.weight"
+            self.attn_v = linear(f, name, kv_dim, e) if name in f.tensors else None
 
-    k/v None reads a cache layer another layer wrote (KV sharing).
-    """
-    m = q.shape[0]
-    pos0 = int(positions[0])
-    if k is not None and v is not None:
-        cache.store(layer, pos0, k, v)
-    kc, vc = cache.k[layer], cache.v[layer]
-    out = np.empty((m, q.shape[1], vc.shape[2]), np.float32)
-    n_kv = pos0 + m
-    ops.k.attention(q, kc, vc, positions, n_kv, window, scale, softcap, out, ops.threads)
-    return out.reshape(m, -1)
+    def query(self, ops: Ops, h: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """h (M, n_embd) -> (roped, normed q (M, n_head, hd), gate (M, n_head * hd) or None)."""
+        s, m, hd = self.spec, h.shape[0], self.spec.head_dim
+        gate = None
+        if s.gated:
+            qg = self.attn_q(ops, h).reshape(m, s.n_head, 2 * hd)
+            q = ops.rms_norm(qg[:, :, :hd], self.attn_q_norm, s.eps)
+            gate = qg[:, :, hd:].reshape(m, -1)
+        else:
+            q = self.attn_q(ops, h).reshape(m, s.n_head, hd)
+            if s.qk_norm:
+                q = ops.rms_norm(q, self.attn_q_norm, s.eps)
+        ops.rope(q, positions, self.rope)
+        return q, gate
+
+    def keys_values(self, ops: Ops, h: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """h (M, n_embd) -> (roped, normed k, v), each (M, n_head_kv, hd)."""
+        s, m, hd = self.spec, h.shape[0], self.spec.head_dim
+        k = self.attn_k(ops, h).reshape(m, s.n_head_kv, hd)
+        v = self.attn_v(ops, h).reshape(m, s.n_head_kv, hd) if self.attn_v is not None else k
+        if s.v_norm:
+            v = ops.rms_norm(v, None, s.eps)
+        if s.qk_norm:
+            k = ops.rms_norm(k, self.attn_k_norm, s.eps)
+        elif v is k:
+            v = v.copy()  # k is roped in place below
+        ops.rope(k, positions, self.rope)
+        return k, v
+
+    def __call__(self, ops: Ops, h: np.ndarray, batch: Batch) -> np.ndarray:
+        """The sub-block's output (M, n_embd) for the rows of `batch` (every sequence attends its own cache)."""
+        q, gate = self.query(ops, h, batch.positions)
+        k, v = self.keys_values(ops, h, batch.positions) if self.owns_kv else (None, None)
+        parts = []
+        for sq in batch.seqs:
+            r = sq.rows
+            if k is not None and v is not None:
+                sq.cache.store(self.slot, sq.pos0, k[r], v[r])
+            parts.append(self.attend(ops, q[r], sq.positions, sq.cache, sq.pos0 + sq.m))
+        a = parts[0] if len(parts) == 1 else ops.concat(parts)
+        return self.output(ops, a, gate)
+
+    def attend(self, ops: Ops, q: np.ndarray, positions: np.ndarray, cache: Any, n_kv: int) -> np.ndarray:
+        """q (M, n_head, hd) at `positions` against the first n_kv positions of cache layer `slot` -> (M, n_head*hd)."""
+        a = ops.attention(q, (cache.k[self.slot], cache.v[self.slot]), positions, n_kv, self.mask)
+        return a.reshape(q.shape[0], -1)
+
+    def output(self, ops: Ops, a: np.ndarray, gate: np.ndarray | None) -> np.ndarray:
+        if gate is not None:
+            a *= ops.sigmoid(gate)
+        return self.attn_output(ops, a)
 
 
-def softcap(x: np.ndarray, cap: float) -> np.ndarray:
-    """cap * tanh(x / cap), in place on float32 x (no-op for cap <= 0); returns x."""
-    if cap > 0:
-        c = np.float32(cap)
-        x /= c
-        np.tanh(x, out=x)
-        x *= c
-    return x
+class GatedMLP:
+    """down(act(gate(h)) * up(h)), act "silu" (SwiGLU) or "gelu" (GELU-tanh)."""
 
+    def __init__(self, f: GGUFFile, prefix: str, n_embd: int, n_ff: int, *, act: str):
+        if act not in ("silu", "gelu"):
+            raise ValueError(f"act must be 'silu' or 'gelu', got {act!r}")
+        self.act = act
+        self.ffn_gate = linear(f, prefix + "ffn_gate.weight", n_ff, n_embd)
+        self.ffn_up = linear(f, prefix + "ffn_up.weight", n_ff, n_embd)
+        self.ffn_down = linear(f, prefix + "ffn_down.weight", n_embd, n_ff)
 
-def last_or_all(model: Any, h: np.ndarray, logits: str) -> np.ndarray:
-    """The logits of every row ("all") or of the last row only ("last", (1, n_vocab)) from post-norm hidden h."""
-    if logits == "last":
-        h = np.ascontiguousarray(h[-1:])
-    elif logits != "all":
-        raise ValueError(f"logits must be 'last' or 'all', got {logits!r}")
-    return model.head(h)
+    def __call__(self, ops: Ops, h: np.ndarray) -> np.ndarray:
+        g = self.ffn_gate(ops, h)
+        ops.act_mul(self.act, g, self.ffn_up(ops, h), g)
+        return self.ffn_down(ops, g)
 
 
 def as_positions(positions: np.ndarray | list[int] | range) -> np.ndarray:

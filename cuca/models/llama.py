@@ -11,9 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..gguf import GGUFFile
+from .batch import Batch, Decoder
 from .cache import KVCache
 from .config import context_length, dim, eps, head_counts, layer_count, rope_base, rope_dims, rope_scale
-from .layers import Ops, last_or_all, linear, output_head, rms_norm, self_attention, vector
+from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Rope, linear, output_head, vector
 
 
 @dataclass(frozen=True)
@@ -55,19 +56,16 @@ class Config:
 
 class Block:
     def __init__(self, f: GGUFFile, c: Config, i: int):
-        p, q_dim, kv_dim = f"blk.{i}.", c.n_head * c.head_dim, c.n_head_kv * c.head_dim
+        p = f"blk.{i}."
+        rope = Rope(c.n_rot, c.rope_base, neox=False, scale=c.rope_scale)
+        spec = AttnSpec(c.n_embd, c.n_head, c.n_head_kv, c.head_dim, rope, Mask(scale=1.0 / math.sqrt(c.head_dim)))
         self.attn_norm = vector(f, p + "attn_norm.weight", c.n_embd)
-        self.attn_q = linear(f, p + "attn_q.weight", q_dim, c.n_embd)
-        self.attn_k = linear(f, p + "attn_k.weight", kv_dim, c.n_embd)
-        self.attn_v = linear(f, p + "attn_v.weight", kv_dim, c.n_embd)
-        self.attn_output = linear(f, p + "attn_output.weight", c.n_embd, q_dim)
+        self.attn = Attention(f, p, spec, slot=i)
         self.ffn_norm = vector(f, p + "ffn_norm.weight", c.n_embd)
-        self.ffn_gate = linear(f, p + "ffn_gate.weight", c.n_ff, c.n_embd)
-        self.ffn_up = linear(f, p + "ffn_up.weight", c.n_ff, c.n_embd)
-        self.ffn_down = linear(f, p + "ffn_down.weight", c.n_embd, c.n_ff)
+        self.mlp = GatedMLP(f, p, c.n_embd, c.n_ff, act="silu")
 
 
-class Model:
+class Model(Decoder):
     arch = "llama"
 
     def __init__(self, f: GGUFFile, ops: Ops):
@@ -83,32 +81,15 @@ class Model:
         c = self.c
         return KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)] * c.n_layer)
 
-    def forward(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache, logits: str = "last") -> np.ndarray:
-        """tokens, positions: int32 (M,) -> logits float32 (M, n_vocab) for "all", (1, n_vocab) for "last"."""
-        return last_or_all(self, self.forward_hidden(tokens, positions, cache), logits)
-
     def head(self, h: np.ndarray) -> np.ndarray:
         """Post-norm hidden (M, n_embd) -> logits (M, n_vocab)."""
         return self.output(self.ops, h)
 
-    def forward_hidden(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache) -> np.ndarray:
-        """tokens, positions: int32 (M,) -> hidden states after output_norm, float32 (M, n_embd)."""
-        c, ops, m = self.c, self.ops, tokens.shape[0]
-        cache.check_room(int(positions[0]), m)
-        scale = 1.0 / math.sqrt(c.head_dim)
-        x = self.token_embd.rows(ops, tokens)
-        for il, b in enumerate(self.blk):
-            h = rms_norm(ops, x, b.attn_norm, c.eps)
-            q = b.attn_q(ops, h).reshape(m, c.n_head, c.head_dim)
-            k = b.attn_k(ops, h).reshape(m, c.n_head_kv, c.head_dim)
-            v = b.attn_v(ops, h).reshape(m, c.n_head_kv, c.head_dim)
-            ops.k.rope(q, positions, c.n_rot, c.rope_base, False, None, c.rope_scale, ops.threads)
-            ops.k.rope(k, positions, c.n_rot, c.rope_base, False, None, c.rope_scale, ops.threads)
-            a = self_attention(ops, cache, il, q, k, v, positions, 0, scale)
-            x += b.attn_output(ops, a)
-            h = rms_norm(ops, x, b.ffn_norm, c.eps)
-            g = b.ffn_gate(ops, h)
-            ops.k.silu_mul(g, b.ffn_up(ops, h), g)
-            x += b.ffn_down(ops, g)
-        cache.advance(int(positions[-1]) + 1)
-        return rms_norm(ops, x, self.output_norm, c.eps)
+    def run(self, batch: Batch) -> np.ndarray:
+        """The rows of `batch` -> hidden states after output_norm, float32 (M, n_embd)."""
+        c, ops = self.c, self.ops
+        x = self.token_embd.rows(ops, batch.tokens)
+        for b in self.blk:
+            x += b.attn(ops, ops.rms_norm(x, b.attn_norm, c.eps), batch)
+            x += b.mlp(ops, ops.rms_norm(x, b.ffn_norm, c.eps))
+        return ops.rms_norm(x, self.output_norm, c.eps)

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import GGUFError, ProviderError
 from ..gguf import GGUFFile
+from .batch import Batch, Decoder, SeqRows
 from .cache import KVCache
 from .config import (
     F32_MAX,
@@ -37,7 +37,7 @@ from .config import (
     opt,
     req,
 )
-from .layers import Linear, Ops, head_norm, last_or_all, linear, output_head, rms_norm, self_attention, vector
+from .layers import Attention, AttnSpec, GatedMLP, Linear, Mask, Ops, Rope, linear, output_head, vector
 
 L2_EPS = 1e-6  # the q/k L2 norm of the DeltaNet layers (fixed in the reference, not a GGUF key)
 
@@ -125,34 +125,23 @@ def _matrix(f: GGUFFile, name: str, shape: tuple[int, int]) -> np.ndarray:
     return float_weight(f, name, shape)
 
 
-class FFN:
-    def __init__(self, f: GGUFFile, c: Config, p: str):
-        self.ffn_gate = linear(f, p + "ffn_gate.weight", c.n_ff, c.n_embd)
-        self.ffn_up = linear(f, p + "ffn_up.weight", c.n_ff, c.n_embd)
-        self.ffn_down = linear(f, p + "ffn_down.weight", c.n_embd, c.n_ff)
-
-    def __call__(self, ops: Ops, h: np.ndarray) -> np.ndarray:
-        g = self.ffn_gate(ops, h)
-        ops.k.silu_mul(g, self.ffn_up(ops, h), g, ops.threads)
-        return self.ffn_down(ops, g)
+def attn_spec(c: Config) -> AttnSpec:
+    """Gated full attention: attn_q gives per head [query | gate]; q/k norms; partial NeoX RoPE."""
+    return AttnSpec(c.n_embd, c.n_head, c.n_head_kv, c.head_dim, Rope(c.n_rot, c.rope_base, neox=True),
+                    Mask(scale=1.0 / math.sqrt(c.head_dim)), eps=c.eps, qk_norm=True, gated=True)
 
 
 class AttnBlock:
-    """Gated full attention: attn_q gives per head [query | gate]."""
+    """A gated full-attention layer; `slot`: its K/V layer in the cache (attention layers counted alone)."""
 
     recurrent = False
 
-    def __init__(self, f: GGUFFile, c: Config, i: int):
-        p, q_dim, kv_dim = f"blk.{i}.", c.n_head * c.head_dim, c.n_head_kv * c.head_dim
+    def __init__(self, f: GGUFFile, c: Config, i: int, slot: int):
+        p = f"blk.{i}."
         self.attn_norm = vector(f, p + "attn_norm.weight", c.n_embd)
         self.post_attention_norm = vector(f, p + "post_attention_norm.weight", c.n_embd)
-        self.attn_q = linear(f, p + "attn_q.weight", 2 * q_dim, c.n_embd)
-        self.attn_k = linear(f, p + "attn_k.weight", kv_dim, c.n_embd)
-        self.attn_v = linear(f, p + "attn_v.weight", kv_dim, c.n_embd)
-        self.attn_output = linear(f, p + "attn_output.weight", c.n_embd, q_dim)
-        self.attn_q_norm = vector(f, p + "attn_q_norm.weight", c.head_dim)
-        self.attn_k_norm = vector(f, p + "attn_k_norm.weight", c.head_dim)
-        self.ffn = FFN(f, c, p)
+        self.attn = Attention(f, p, attn_spec(c), slot)
+        self.ffn = GatedMLP(f, p, c.n_embd, c.n_ff, act="silu")
 
 
 class GDNBlock:
@@ -174,7 +163,7 @@ class GDNBlock:
         self.ssm_alpha = linear(f, p + "ssm_alpha.weight", c.v_heads, c.n_embd)
         self.ssm_norm = vector(f, p + "ssm_norm.weight", c.d_state)
         self.ssm_out = linear(f, p + "ssm_out.weight", c.n_embd, c.val_dim)
-        self.ffn = FFN(f, c, p)
+        self.ffn = GatedMLP(f, p, c.n_embd, c.n_ff, act="silu")
 
 
 class MTPHead:
@@ -184,7 +173,7 @@ class MTPHead:
     def __init__(self, f: GGUFFile, c: Config, token_embd: Linear, output_norm: np.ndarray):
         i = c.n_layer
         p = f"blk.{i}.nextn."
-        self.blk = AttnBlock(f, c, i)
+        self.blk = AttnBlock(f, c, i, slot=0)
         self.eh_proj = linear(f, p + "eh_proj.weight", c.n_embd, 2 * c.n_embd)
         self.enorm = vector(f, p + "enorm.weight", c.n_embd)
         self.hnorm = vector(f, p + "hnorm.weight", c.n_embd)
@@ -237,6 +226,17 @@ class HybridCache:
     @property
     def n_ctx(self) -> int:
         return self.kv.n_ctx
+
+    @property
+    def k(self) -> list[np.ndarray]:
+        return self.kv.k
+
+    @property
+    def v(self) -> list[np.ndarray]:
+        return self.kv.v
+
+    def store(self, layer: int, pos0: int, k: np.ndarray, v: np.ndarray) -> None:
+        self.kv.store(layer, pos0, k, v)
 
     def check_room(self, pos0: int, m: int) -> None:
         self.kv.check_room(pos0, m)
@@ -299,18 +299,6 @@ def _aligned(shape: tuple[int, ...], align: int = 64) -> np.ndarray:
     return raw[off : off + n].reshape(shape)
 
 
-def _rowwise(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
-    """fn applied row by row (rows of one fixed length): a row's result never depends on the batch size."""
-    out = np.empty(x.shape, np.float32)
-    for i in range(x.shape[0]):
-        out[i] = fn(x[i].astype(np.float64))
-    return out
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
 def gdn_chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray, state: np.ndarray,
                 out: np.ndarray, scale: float, chunk: int = 64) -> None:
     """The chunked (parallel) form of the deltanet kernel, in float64 numpy (for long prefills): same arguments,
@@ -345,7 +333,7 @@ def gdn_chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta
     state[...] = s
 
 
-class Model:
+class Model(Decoder):
     arch = "qwen35"
     rollback_limit = 16  # drafts per verification call: the cache keeps this many per-token snapshots
     chunked_prefill_min = 65  # batches of at least this many tokens (beyond any rollback) use the chunked form
@@ -356,21 +344,20 @@ class Model:
         self.path = f.path
         self.n_vocab, self.n_ctx_train = c.n_vocab, c.n_ctx_train
         self.token_embd = linear(f, "token_embd.weight", c.n_vocab, c.n_embd)
-        self.blk: list[AttnBlock | GDNBlock] = [
-            GDNBlock(f, c, i) if c.recurrent[i] else AttnBlock(f, c, i) for i in range(c.n_layer)
-        ]
         # index of each layer within its kind: attention layers own a KV slot, DeltaNet layers a state
         counts = [0, 0]
         self.slot: list[int] = []
-        for b in self.blk:
-            self.slot.append(counts[b.recurrent])
-            counts[b.recurrent] += 1
+        for r in c.recurrent:
+            self.slot.append(counts[r])
+            counts[r] += 1
+        self.blk: list[AttnBlock | GDNBlock] = [
+            GDNBlock(f, c, i) if c.recurrent[i] else AttnBlock(f, c, i, self.slot[i]) for i in range(c.n_layer)
+        ]
         self.output_norm = vector(f, "output_norm.weight", c.n_embd)
         self.output = output_head(f, self.token_embd)
         self.mtp: MTPHead | None = (
             MTPHead(f, c, self.token_embd, self.output_norm) if c.n_nextn > 0 else None
         )
-        self._ones: np.ndarray = np.ones((0, c.conv_dim), np.float32)
 
     # ---- caches ---------------------------------------------------------------------------------------------
     def make_cache(self, n_ctx: int) -> HybridCache:
@@ -382,77 +369,54 @@ class Model:
         return KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)])
 
     # ---- trunk ----------------------------------------------------------------------------------------------
-    def forward(
-        self, tokens: np.ndarray, positions: np.ndarray, cache: HybridCache, logits: str = "last"
-    ) -> np.ndarray:
-        """tokens, positions: int32 (M,) -> logits float32 (M, n_vocab) for "all", (1, n_vocab) for "last"."""
-        return last_or_all(self, self.forward_hidden(tokens, positions, cache), logits)
-
     def head(self, h: np.ndarray) -> np.ndarray:
         """Post-norm hidden (M, n_embd) -> logits (M, n_vocab) over the whole vocabulary."""
         return self.output(self.ops, h)
 
-    def forward_hidden(self, tokens: np.ndarray, positions: np.ndarray, cache: HybridCache) -> np.ndarray:
-        """tokens, positions: int32 (M,) -> hidden states after output_norm, float32 (M, n_embd)."""
-        c, ops, m = self.c, self.ops, tokens.shape[0]
-        cache.check_room(int(positions[0]), m)
-        snapped = cache.begin(m)
-        chunked = not snapped and m >= self.chunked_prefill_min
-        x = self.token_embd.rows(ops, tokens)
+    def run(self, batch: Batch) -> np.ndarray:
+        """The rows of `batch` -> hidden states after output_norm, float32 (M, n_embd)."""
+        c, ops = self.c, self.ops
+        # per sequence: keep per-token snapshots (a rollback may follow), or the chunked form (long prefill)
+        chunked = [not s.cache.begin(s.m) and s.m >= self.chunked_prefill_min for s in batch.seqs]
+        x = self.token_embd.rows(ops, batch.tokens)
         for il, b in enumerate(self.blk):
-            h = rms_norm(ops, x, b.attn_norm, c.eps)
+            h = ops.rms_norm(x, b.attn_norm, c.eps)
             if isinstance(b, GDNBlock):
-                x += self._gdn(b, self.slot[il], h, cache, chunked)
+                x += self._gdn(b, self.slot[il], h, batch, chunked)
             else:
-                x += self._attention(b, h, positions, cache.kv, self.slot[il])
-            x += b.ffn(ops, rms_norm(ops, x, b.post_attention_norm, c.eps))
-        cache.advance(int(positions[-1]) + 1)
-        return rms_norm(ops, x, self.output_norm, c.eps)
+                x += b.attn(ops, h, batch)
+            x += b.ffn(ops, ops.rms_norm(x, b.post_attention_norm, c.eps))
+        return ops.rms_norm(x, self.output_norm, c.eps)
 
-    def _attention(self, b: AttnBlock, h: np.ndarray, positions: np.ndarray, kv: KVCache, slot: int) -> np.ndarray:
-        c, ops, m = self.c, self.ops, h.shape[0]
-        hd = c.head_dim
-        qg = b.attn_q(ops, h).reshape(m, c.n_head, 2 * hd)
-        q = np.empty((m, c.n_head, hd), np.float32)
-        ops.k.rms_norm(qg[:, :, :hd], b.attn_q_norm, c.eps, q, ops.threads)
-        k = head_norm(ops, b.attn_k(ops, h).reshape(m, c.n_head_kv, hd), b.attn_k_norm, c.eps)
-        v = b.attn_v(ops, h).reshape(m, c.n_head_kv, hd)
-        ops.k.rope(q, positions, c.n_rot, c.rope_base, True, None, 1.0, ops.threads)
-        ops.k.rope(k, positions, c.n_rot, c.rope_base, True, None, 1.0, ops.threads)
-        a = self_attention(ops, kv, slot, q, k, v, positions, 0, 1.0 / math.sqrt(hd))
-        a *= _rowwise(_sigmoid, qg[:, :, hd:].reshape(m, -1))
-        return b.attn_output(ops, a)
-
-    def _gdn(self, b: GDNBlock, li: int, h: np.ndarray, cache: HybridCache, chunked: bool) -> np.ndarray:
-        c, ops, m = self.c, self.ops, h.shape[0]
-        mixed = b.attn_qkv(ops, h)  # (m, conv_dim): q | k | v, before the conv
+    def _gdn(self, b: GDNBlock, li: int, h: np.ndarray, batch: Batch, chunked: list[bool]) -> np.ndarray:
+        c, ops, n = self.c, self.ops, h.shape[0]
+        mixed = b.attn_qkv(ops, h)  # (n, conv_dim): q | k | v, before the conv
         z = b.attn_gate(ops, h)
-        beta = _rowwise(_sigmoid, b.ssm_beta(ops, h))
-        alpha = b.ssm_alpha(ops, h)
-        g = _rowwise(lambda r: b.ssm_a * np.logaddexp(0.0, r + b.ssm_dt), alpha)  # a * softplus(alpha + dt)
-        # causal depthwise conv over [window | new rows]; tap conv-1 multiplies the current row
-        raw = np.concatenate([cache.conv[li], mixed])
-        x = raw[0:m] * b.conv_taps[0]
-        for j in range(1, c.conv):
-            x += raw[j : j + m] * b.conv_taps[j]
-        cache.conv[li][...] = raw[m:]
-        cache.keep_raw(li, raw)
-        if self._ones.shape[0] < m:
-            self._ones = np.ones((m, c.conv_dim), np.float32)
-        ops.k.silu_mul(x, self._ones[:m], x, ops.threads)
+        beta = ops.sigmoid(b.ssm_beta(ops, h))
+        g = ops.decay(b.ssm_alpha(ops, h), b.ssm_a, b.ssm_dt)
         kd, ds = c.key_dim, c.d_state
-        q = x[:, :kd].reshape(m, c.k_heads, ds)
-        k = x[:, kd : 2 * kd].reshape(m, c.k_heads, ds)
-        v = x[:, 2 * kd :].reshape(m, c.v_heads, ds)
-        o = np.empty((m, c.v_heads, ds), np.float32)
         scale = 1.0 / math.sqrt(ds)
-        if chunked:
-            gdn_chunked(q, k, v, g, beta, cache.ssm[li], o, scale)
-        else:
-            ops.k.deltanet(q, k, v, g, beta, cache.ssm[li], cache.snaps(li), o, L2_EPS, scale, ops.threads)
-        y = head_norm(ops, o, b.ssm_norm, c.eps)
-        ops.k.silu_mul(z.reshape(m, c.v_heads, ds), y, y, ops.threads)
-        return b.ssm_out(ops, y.reshape(m, c.val_dim))
+        parts = []
+        for s, chunk in zip(batch.seqs, chunked, strict=True):
+            r, m, cache = s.rows, s.m, s.cache
+            # causal depthwise conv over [window | new rows]; tap conv-1 multiplies the current row
+            x, raw = ops.causal_conv(cache.conv[li], mixed[r], b.conv_taps)
+            cache.conv[li][...] = raw[m:]
+            cache.keep_raw(li, raw)
+            ops.silu(x)
+            q = x[:, :kd].reshape(m, c.k_heads, ds)
+            k = x[:, kd : 2 * kd].reshape(m, c.k_heads, ds)
+            v = x[:, 2 * kd :].reshape(m, c.v_heads, ds)
+            if chunk:
+                o = ops.empty((m, c.v_heads, ds))
+                gdn_chunked(q, k, v, g[r], beta[r], cache.ssm[li], o, scale)
+            else:
+                o = ops.deltanet((q, k, v), (g[r], beta[r]), cache.ssm[li], cache.snaps(li), (L2_EPS, scale))
+            parts.append(o)
+        o = parts[0] if len(parts) == 1 else ops.concat(parts)
+        y = ops.rms_norm(o, b.ssm_norm, c.eps)
+        ops.act_mul("silu", z.reshape(n, c.v_heads, ds), y, y)
+        return b.ssm_out(ops, y.reshape(n, c.val_dim))
 
     # ---- MTP head -------------------------------------------------------------------------------------------
     def mtp_forward(self, tokens: np.ndarray, hidden: np.ndarray, positions: np.ndarray, cache: KVCache) -> np.ndarray:
@@ -463,14 +427,14 @@ class Model:
         if mtp is None:
             raise ProviderError(f"{self.path}: the file has no prediction head")
         cache.check_room(int(positions[0]), m)
-        e = rms_norm(ops, mtp.embed.rows(ops, tokens), mtp.enorm, c.eps)
-        hh = rms_norm(ops, np.ascontiguousarray(hidden, np.float32), mtp.hnorm, c.eps)
-        u = mtp.eh_proj(ops, np.concatenate([e, hh], axis=1))
+        e = ops.rms_norm(mtp.embed.rows(ops, tokens), mtp.enorm, c.eps)
+        hh = ops.rms_norm(ops.contiguous(hidden), mtp.hnorm, c.eps)
+        u = mtp.eh_proj(ops, ops.concat([e, hh], axis=1))
         b = mtp.blk
-        u += self._attention(b, rms_norm(ops, u, b.attn_norm, c.eps), positions, cache, 0)
-        u += b.ffn(ops, rms_norm(ops, u, b.post_attention_norm, c.eps))
+        u += b.attn(ops, ops.rms_norm(u, b.attn_norm, c.eps), Batch([SeqRows(tokens, positions, cache)]))
+        u += b.ffn(ops, ops.rms_norm(u, b.post_attention_norm, c.eps))
         cache.advance(int(positions[-1]) + 1)
-        return rms_norm(ops, u, mtp.head_norm, c.eps)
+        return ops.rms_norm(u, mtp.head_norm, c.eps)
 
     def mtp_logits(self, h: np.ndarray, n_rank: int) -> np.ndarray:
         """The head's logits over token ids 0..n_rank-1 only, (M, n_rank)."""

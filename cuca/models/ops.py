@@ -1,0 +1,155 @@
+"""`Ops`: the compute backend as the model files see it. Every kernel call and every array the models make go
+through these methods, which always pass the configured thread count.
+
+A backend is a kernel module with the signatures of `cuca.kernels._ckernels` (the C extension; its numpy twins in
+`cuca.kernels._ref` are the second backend) plus the few array helpers below (`empty`, `concat`, `contiguous`,
+the element-wise helpers of the hybrid layers). Both present backends hold numpy arrays, so `Ops` implements the
+helpers with numpy; a backend on another array library (a GPU one) subclasses `Ops` and overrides them, and no
+model file changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import kernels
+
+if TYPE_CHECKING:
+    from .layers import Linear
+
+
+@dataclass(frozen=True)
+class Rope:
+    """One layer's rotary embedding: the first n_rot dims of each head, NeoX pairing (i, i + n_rot/2) or adjacent
+    pairs; angles pos * scale * base^(-2i/n_rot) / freq_factors[i] (freq_factors None: 1)."""
+
+    n_rot: int
+    base: float
+    neox: bool
+    freq_factors: np.ndarray | None = None
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Mask:
+    """How attention scores are formed: scale, causal window (0 = none), score softcap (0 = none)."""
+
+    scale: float
+    window: int = 0
+    softcap: float = 0.0
+
+
+class Ops:
+    """The kernel implementation (`k`, a module) and thread count (`threads`, 0 = every core) a model runs with."""
+
+    def __init__(self, threads: int = 0, impl: ModuleType | None = None):
+        self.k: ModuleType = impl if impl is not None else kernels.impl
+        self.threads = threads
+        self._ones = np.ones((0, 0), np.float32)
+
+    # ---- arrays (float32, rows first) --------------------------------------------------------------------
+    def empty(self, shape: tuple[int, ...]) -> np.ndarray:
+        return np.empty(shape, np.float32)
+
+    def concat(self, parts: Sequence[np.ndarray], axis: int = 0) -> np.ndarray:
+        return np.ascontiguousarray(np.concatenate(parts, axis=axis), np.float32)
+
+    def contiguous(self, x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x, np.float32)
+
+    # ---- kernels ---------------------------------------------------------------------------------------------
+    def matmul(self, w: Linear, x: np.ndarray) -> np.ndarray:
+        """x (M, n_in) @ W.T -> (M, n_out)."""
+        out = self.empty((x.shape[0], w.n_out))
+        self.k.matmul(w.w, w.wtype, w.n_out, w.n_in, x, out, self.threads)
+        return out
+
+    def get_rows(self, w: Linear, ids: np.ndarray) -> np.ndarray:
+        """Embedding lookup: dequantized rows `ids` (M,) -> (M, n_in)."""
+        out = self.empty((ids.shape[0], w.n_in))
+        self.k.get_rows(w.w, w.wtype, w.n_out, w.n_in, ids, out)
+        return out
+
+    def rms_norm(self, x: np.ndarray, w: np.ndarray | None, eps: float, out: np.ndarray | None = None) -> np.ndarray:
+        """RMS norm over the last axis of x (any leading axes), times w (None: no weight); into `out` if given."""
+        out = self.empty(x.shape) if out is None else out
+        self.k.rms_norm(x, w, eps, out, self.threads)
+        return out
+
+    def rope(self, x: np.ndarray, positions: np.ndarray, r: Rope) -> None:
+        """In place on x (M, n_head, hd)."""
+        self.k.rope(x, positions, r.n_rot, r.base, r.neox, r.freq_factors, r.scale, self.threads)
+
+    def act_mul(self, act: str, g: np.ndarray, u: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """out = act(g) * u, act "silu" or "gelu" (tanh form); out may be g."""
+        fn = self.k.silu_mul if act == "silu" else self.k.gelu_mul
+        fn(g, u, out, self.threads)
+        return out
+
+    def silu(self, x: np.ndarray) -> np.ndarray:
+        """x = silu(x) in place on a contiguous (M, C) array (the activation kernel times ones)."""
+        if self._ones.shape[0] < x.shape[0] or self._ones.shape[1] != x.shape[1]:
+            self._ones = np.ones((max(x.shape[0], self._ones.shape[0]), x.shape[1]), np.float32)
+        return self.act_mul("silu", x, self._ones[: x.shape[0]], x)
+
+    def attention(self, q: np.ndarray, kv: tuple[np.ndarray, np.ndarray], positions: np.ndarray, n_kv: int,
+                  mask: Mask) -> np.ndarray:
+        """q (M, n_head, hd_k) at `positions` against the first n_kv cached positions of kv = (k (n_kv_head, n_ctx,
+        hd_k), v (n_kv_head, n_ctx, hd_v)) -> (M, n_head, hd_v)."""
+        kc, vc = kv
+        out = self.empty((q.shape[0], q.shape[1], vc.shape[2]))
+        self.k.attention(q, kc, vc, positions, n_kv, mask.window, mask.scale, mask.softcap, out, self.threads)
+        return out
+
+    def deltanet(self, qkv: tuple[np.ndarray, np.ndarray, np.ndarray], gates: tuple[np.ndarray, np.ndarray],
+                 state: np.ndarray, snaps: np.ndarray | None, eps_scale: tuple[float, float]) -> np.ndarray:
+        """Gated DeltaNet recurrence: q, k (T, H, dk), v (T, H, dv); gates = (g log-decay, beta) (T, H); state
+        (H, dk, dv) updated in place; snaps None or (>= T-1, H, dk, dv) receives the state after each token."""
+        q, k, v = qkv
+        out = self.empty(v.shape)
+        self.k.deltanet(q, k, v, gates[0], gates[1], state, snaps, out, eps_scale[0], eps_scale[1], self.threads)
+        return out
+
+    # ---- element-wise helpers of the hybrid layers (float64 inside, one row at a time: batch invariant) ------
+    def sigmoid(self, x: np.ndarray) -> np.ndarray:
+        return _rowwise(_sigmoid, x)
+
+    def decay(self, alpha: np.ndarray, a: np.ndarray, dt: np.ndarray) -> np.ndarray:
+        """DeltaNet log-decay a * softplus(alpha + dt), a and dt float64 per head."""
+        return _rowwise(lambda r: a * np.logaddexp(0.0, r + dt), alpha)
+
+    def causal_conv(self, window: np.ndarray, x: np.ndarray, taps: Sequence[np.ndarray]) -> tuple[np.ndarray, Any]:
+        """Depthwise causal conv of x (M, C) after `window` (K-1, C) with taps K x (C,), tap K-1 on the current
+        row -> (out (M, C), [window | x] (M+K-1, C), whose last K-1 rows are the next window)."""
+        m = x.shape[0]
+        raw = np.concatenate([window, x])
+        out = raw[0:m] * taps[0]
+        for j in range(1, len(taps)):
+            out += raw[j : j + m] * taps[j]
+        return out, raw
+
+    def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
+        """cap * tanh(x / cap), in place on float32 x (no-op for cap <= 0); returns x."""
+        if cap > 0:
+            c = np.float32(cap)
+            x /= c
+            np.tanh(x, out=x)
+            x *= c
+        return x
+
+
+def _rowwise(fn: Any, x: np.ndarray) -> np.ndarray:
+    """fn applied row by row (rows of one fixed length): a row's result never depends on the batch size."""
+    out = np.empty(x.shape, np.float32)
+    for i in range(x.shape[0]):
+        out[i] = fn(x[i].astype(np.float64))
+    return out
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
