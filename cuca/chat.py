@@ -26,8 +26,8 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from . import sandbox
 from .errors import TokenizerError
 
 _WS = " \\t\\n\\v\\f\\r"  # C isspace(), as llama.cpp's trim()
@@ -66,6 +66,8 @@ def _raise_exception(message: str) -> None:
 
 def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
             sort_keys: bool = False) -> str:
+    if indent is not None and not (type(indent) is int and 0 <= indent <= 64):  # indent multiplies the output
+        raise jinja2.TemplateError(f"tojson: indent must be an integer from 0 to 64, got {indent!r}")
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
@@ -83,10 +85,11 @@ class _GenerationTag(jinja2.ext.Extension):
         return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols, _GenerationTag])
+def _environment() -> sandbox.BoundedEnvironment:
+    env = sandbox.BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                     extensions=[jinja2.ext.loopcontrols, _GenerationTag])
     env.filters["tojson"] = _tojson
+    env.bound_filters()
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env
@@ -99,21 +102,25 @@ class ChatTemplate:
                  strip_eos: bool = False, origin: str = "chat template"):
         self.source, self.bos_token, self.eos_token = source, bos_token, eos_token
         self.strip_bos, self.strip_eos, self.origin = strip_bos, strip_eos, origin
+        if not isinstance(source, str):
+            raise TokenizerError(f"{origin}: the chat template must be a string, got {type(source).__name__}")
         try:
             self._template = _environment().from_string(source)
         except jinja2.TemplateError as e:
             raise TokenizerError(f"{origin}: cannot compile the chat template: {e}") from e
+        except Exception as e:  # MemoryError, RecursionError (deep nesting), ...: the template is untrusted
+            raise TokenizerError(f"{origin}: cannot compile the chat template: {type(e).__name__}: {e}") from e
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **extra: Any) -> str:
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise TokenizerError(f"{self.origin}: messages must be a list of dicts")
         context = {"bos_token": self.bos_token, "eos_token": self.eos_token, **extra}
         try:
-            text = self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                         **context)
+            text = sandbox.render(self._template, messages=messages, add_generation_prompt=add_generation_prompt,
+                                  **context)
         except jinja2.TemplateError as e:
             raise TokenizerError(f"{self.origin}: chat template failed: {e}") from e
-        except Exception as e:  # a template may index a missing key, divide by zero, ...
+        except Exception as e:  # a missing key, a division by zero, MemoryError, RecursionError, ...
             raise TokenizerError(f"{self.origin}: chat template failed: {type(e).__name__}: {e}") from e
         if self.strip_bos and self.bos_token and text.startswith(self.bos_token):
             text = text[len(self.bos_token):]

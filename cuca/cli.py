@@ -274,7 +274,8 @@ def file_info(path: Any) -> dict[str, Any]:
     arch = f.architecture
     by_type = Counter(t.type_name for t in f.tensors.values())
     tokens = md.get("tokenizer.ggml.tokens")
-    nextn_layers = int(md.get(f"{arch}.nextn_predict_layers", 0) or 0)
+    nextn_layers = md.get(f"{arch}.nextn_predict_layers", 0)
+    nextn_layers = nextn_layers if type(nextn_layers) is int else 0  # info shows a file; loading checks it
     nextn_tensors = sum(1 for name in f.tensors if _NEXTN.match(name))
     if arch == "gemma4-assistant":
         head = f"this file is a drafter (gemma4-assistant, {_assistant_head(f)}): pair it with a gemma4 target via " \
@@ -299,7 +300,7 @@ def file_info(path: Any) -> dict[str, Any]:
         "tensor_count": len(f.tensors),
         "tensors_by_type": dict(sorted(by_type.items(), key=lambda kv: -kv[1])),
         "tokenizer_model": md.get("tokenizer.ggml.model"),
-        "vocab_size": len(tokens) if tokens is not None else None,
+        "vocab_size": len(tokens) if isinstance(tokens, list) else None,
         "chat_template": bool(md.get("tokenizer.chat_template")),
         "prediction_head": head,
         "has_prediction_head": arch == "gemma4-assistant" or bool(nextn_layers or nextn_tensors),

@@ -48,6 +48,7 @@ _NP_SCALARS: dict[int, str] = {
 }
 _MAX_DIMS = 4
 _MAX_NAME = 1 << 16
+_MAX_ALIGN = 1 << 16  # far above any real file's (32); a larger pad only pushes the data past the file
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,8 @@ class GGUFFile:
         self.metadata: dict[str, Any] = {}
         for _ in range(n_kv):
             key = cur.string("metadata key")
+            if key in self.metadata:  # the last one would win silently: a second block_count changes the model
+                raise cur.fail(f"duplicate metadata key {key!r}")
             vtype = cur.u32(f"type of {key!r}")
             self.metadata[key] = cur.value(vtype, key)
         infos = []
@@ -165,8 +168,10 @@ class GGUFFile:
             offset = cur.u64(f"offset of {name!r}")
             infos.append((name, ne, ggml_type, offset))
         align = self.metadata.get("general.alignment", 32)
-        if not isinstance(align, int) or align <= 0 or align & (align - 1):
-            raise GGUFError(f"{self.path}: general.alignment must be a power of two, got {align!r}")
+        # the spec: an integer, a multiple of 8 (and a power of two, as GGML_PAD needs); a bool is no alignment
+        if type(align) is not int or align < 8 or align > _MAX_ALIGN or align & (align - 1):
+            raise GGUFError(f"{self.path}: general.alignment must be an integer power of two from 8 to "
+                            f"{_MAX_ALIGN}, got {align!r}")
         self.data_offset = -(-cur.pos // align) * align
         self.tensors: dict[str, TensorInfo] = {}
         for name, ne, ggml_type, offset in infos:

@@ -8,10 +8,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import ProviderError
+from ..errors import GGUFError, ProviderError
 from ..gguf import GGUFFile
 from .batch import SeqRows
 from .cache import KVCache
+from .config import opt, req  # noqa: F401  (the typed reader, re-exported)
 from .ops import Ops
 
 ARCHITECTURES = ("llama", "gemma3", "gemma4", "qwen35")
@@ -54,13 +55,8 @@ def load_model(f: GGUFFile, ops: Ops | None = None) -> Any:
             f"{f.path}: architecture {f.architecture!r} is not supported (supported: {', '.join(ARCHITECTURES)})"
         )
     mod = importlib.import_module(f"{__name__}.{f.architecture.replace('-', '_')}")
+    tokens, embd = f.get("tokenizer.ggml.tokens"), f.tensors.get("token_embd.weight")
+    if isinstance(tokens, list) and embd is not None and len(tokens) > embd.shape[0]:  # would fail mid-request
+        raise GGUFError(f"{f.path}: the vocabulary has {len(tokens)} tokens but token_embd.weight only "
+                        f"{embd.shape[0]} rows")
     return mod.Model(f, ops or Ops())
-
-
-def req(f: GGUFFile, suffix: str) -> Any:
-    """The required key `{arch}.{suffix}`; a missing key raises naming it and the file."""
-    return f.require(f.arch_key(suffix))
-
-
-def opt(f: GGUFFile, suffix: str, default: Any) -> Any:
-    return f.get(f.arch_key(suffix), default)

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import GGUFError
 from ..gguf import GGUFFile
-from . import opt, req
 from .batch import Batch, Decoder
 from .cache import KVCache
+from .config import F32_MAX, INT32_MAX, context_length, dim, eps, head_counts, layer_count, opt, rope_base, rope_scale
 from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Rope, linear, output_head, vector
 
 
@@ -39,29 +40,33 @@ class Config:
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> Config:
-        n_embd, n_head = int(req(f, "embedding_length")), int(req(f, "attention.head_count"))
-        head_dim = int(req(f, "attention.key_length"))
-        window = int(opt(f, "attention.sliding_window", 0))
-        factor = opt(f, "rope.scaling.factor", None)
-        n_layer = int(req(f, "block_count"))
+        n_embd, n_head = dim(f, "embedding_length"), dim(f, "attention.head_count")
+        n_head_kv = dim(f, "attention.head_count_kv", n_head)
+        head_counts(f, n_head, n_head_kv)
+        head_dim = dim(f, "attention.key_length")
+        if head_dim % 2:  # RoPE rotates the whole head in pairs
+            raise GGUFError(f"{f.path}: metadata key {f.arch_key('attention.key_length')!r} must be even, "
+                            f"got {head_dim}")
+        window = int(opt(f, "attention.sliding_window", int, 0, 0, INT32_MAX))
+        n_layer = layer_count(f)
         return cls(
             n_vocab=int(f.tensor("token_embd.weight").shape[0]),
             n_embd=n_embd,
             n_layer=n_layer,
             n_head=n_head,
-            n_head_kv=int(opt(f, "attention.head_count_kv", n_head)),
+            n_head_kv=n_head_kv,
             head_dim=head_dim,
-            n_ff=int(req(f, "feed_forward_length")),
-            n_ctx_train=int(req(f, "context_length")),
-            eps=float(req(f, "attention.layer_norm_rms_epsilon")),
+            n_ff=dim(f, "feed_forward_length"),
+            n_ctx_train=context_length(f),
+            eps=eps(f),
             window=window,
-            swa_pattern=int(opt(f, "attention.sliding_window_pattern", 6)) if window > 0 else 0,
-            rope_base=float(opt(f, "rope.freq_base", 1e6)),
-            rope_base_swa=float(opt(f, "rope.freq_base_swa", 10000.0)),
-            rope_scale=1.0 / float(factor) if factor else 1.0,
+            swa_pattern=int(opt(f, "attention.sliding_window_pattern", int, 6, 0, INT32_MAX)) if window > 0 else 0,
+            rope_base=rope_base(f, "rope.freq_base", 1e6),
+            rope_base_swa=rope_base(f, "rope.freq_base_swa", 10000.0),
+            rope_scale=rope_scale(f),
             # gemma3 27B scales by n_embd/n_head instead of head_dim (query_pre_attn_scalar)
             attn_scale=1.0 / math.sqrt(n_embd / n_head if n_layer == 62 else head_dim),
-            final_softcap=float(opt(f, "final_logit_softcapping", 0.0)),
+            final_softcap=float(opt(f, "final_logit_softcapping", float, 0.0, 0.0, F32_MAX)),
         )
 
     def is_swa(self, il: int) -> bool:

@@ -11,26 +11,30 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ..errors import ProviderError
 from ..gguf import GGUFFile
-from . import opt, req
 from .batch import Batch, Decoder
 from .cache import KVCache
+from .config import (
+    DIM_MAX,
+    F32_MAX,
+    INT32_MAX,
+    context_length,
+    dim,
+    eps,
+    head_counts,
+    items,
+    layer_count,
+    opt,
+    per_layer,
+    req,
+    rope_base,
+    rope_dims,
+)
 from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Rope, linear, output_head, vector
-
-
-def per_layer(f: GGUFFile, suffix: str, n_layer: int, default: Any = None) -> tuple[Any, ...]:
-    """A key that may hold one value for every layer or an array with one value per layer."""
-    v = req(f, suffix) if default is None else opt(f, suffix, default)
-    if isinstance(v, (list, tuple, np.ndarray)):
-        if len(v) != n_layer:
-            raise ProviderError(f"{f.path}: {f.arch_key(suffix)} has {len(v)} entries for {n_layer} layers")
-        return tuple(v)
-    return (v,) * n_layer
 
 
 @dataclass(frozen=True)
@@ -59,35 +63,38 @@ class Config:
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> Config:
-        n_layer = int(req(f, "block_count"))
-        hd, hd_swa = int(req(f, "attention.key_length")), int(req(f, "attention.key_length_swa"))
+        n_layer = layer_count(f)
+        hd, hd_swa = dim(f, "attention.key_length"), dim(f, "attention.key_length_swa")
         for k, want in (("attention.value_length", hd), ("attention.value_length_swa", hd_swa)):
-            if int(opt(f, k, want)) != want:
+            if dim(f, k, want) != want:
                 raise ProviderError(f"{f.path}: {f.arch_key(k)} must equal the key length {want}")
-        swa = tuple(bool(b) for b in req(f, "attention.sliding_window_pattern"))
-        if len(swa) != n_layer:
-            raise ProviderError(f"{f.path}: sliding_window_pattern has {len(swa)} entries for {n_layer} layers")
-        n_head = tuple(int(h) for h in per_layer(f, "attention.head_count", n_layer))
+        key = f.arch_key("attention.sliding_window_pattern")
+        swa = items(f, "attention.sliding_window_pattern", f.require(key), bool, n_layer, (None, None))
+        n_head = per_layer(f, "attention.head_count", n_layer, int, (1, DIM_MAX))
+        n_head_kv = per_layer(f, "attention.head_count_kv", n_layer, int, (1, DIM_MAX))
+        for il in range(n_layer):
+            head_counts(f, n_head[il], n_head_kv[il], f"layer {il}: ")
+        n_rot, n_rot_swa = rope_dims(f, "rope.dimension_count", hd), rope_dims(f, "rope.dimension_count_swa", hd_swa)
         return cls(
             n_vocab=int(f.tensor("token_embd.weight").shape[0]),
-            n_embd=int(req(f, "embedding_length")),
+            n_embd=dim(f, "embedding_length"),
             n_layer=n_layer,
             n_head=n_head,
-            n_head_kv=tuple(int(h) for h in per_layer(f, "attention.head_count_kv", n_layer)),
+            n_head_kv=n_head_kv,
             hd=hd,
             hd_swa=hd_swa,
-            n_rot=int(opt(f, "rope.dimension_count", hd)),
-            n_rot_swa=int(opt(f, "rope.dimension_count_swa", hd_swa)),
-            n_ff=tuple(int(n) for n in per_layer(f, "feed_forward_length", n_layer)),
+            n_rot=n_rot,
+            n_rot_swa=n_rot_swa,
+            n_ff=per_layer(f, "feed_forward_length", n_layer, int, (1, DIM_MAX)),
             swa=swa,
-            window=int(req(f, "attention.sliding_window")),
-            n_shared=int(opt(f, "attention.shared_kv_layers", 0)),
-            n_ple=int(opt(f, "embedding_length_per_layer_input", 0)),
-            rope_base=float(opt(f, "rope.freq_base", 1e6)),
-            rope_base_swa=float(opt(f, "rope.freq_base_swa", 1e4)),
-            eps=float(req(f, "attention.layer_norm_rms_epsilon")),
-            softcap=float(opt(f, "final_logit_softcapping", 0.0)),
-            n_ctx_train=int(req(f, "context_length")),
+            window=int(req(f, "attention.sliding_window", int, 1, INT32_MAX)),
+            n_shared=int(opt(f, "attention.shared_kv_layers", int, 0, 0, n_layer)),
+            n_ple=dim(f, "embedding_length_per_layer_input", 0, lo=0),
+            rope_base=rope_base(f, "rope.freq_base", 1e6),
+            rope_base_swa=rope_base(f, "rope.freq_base_swa", 1e4),
+            eps=eps(f),
+            softcap=float(opt(f, "final_logit_softcapping", float, 0.0, 0.0, F32_MAX)),
+            n_ctx_train=context_length(f),
         )
 
     @property

@@ -16,8 +16,8 @@ from gguf import GGMLQuantizationType
 
 from ..errors import ProviderError
 from ..gguf import GGUFFile
-from . import opt, req
 from .cache import KVCache
+from .config import dim, opt
 from .gemma4 import Config, QueryLayer, attn_spec, rope_freqs_of, sandwich_mlp
 from .gemma4 import Model as Target
 from .layers import Attention, Linear, Ops, linear, vector
@@ -113,8 +113,8 @@ class Assistant:
             raise ProviderError(f"{f.path}: a {self.arch} drafter needs a gemma4 target, got "
                                 f"{getattr(target, 'arch', type(target).__name__)!r}")
         self.c = c = Config.from_gguf(f)
-        self.n_embd_out = int(req(f, "embedding_length_out"))
-        n_nextn = int(opt(f, "nextn_predict_layers", c.n_layer))
+        self.n_embd_out = dim(f, "embedding_length_out")
+        n_nextn = int(opt(f, "nextn_predict_layers", int, c.n_layer))
         if n_nextn != c.n_layer:
             raise ProviderError(f"{f.path}: nextn_predict_layers {n_nextn} differs from block_count {c.n_layer}")
         check_pair(f, c, self.n_embd_out, target)

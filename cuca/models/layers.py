@@ -17,6 +17,7 @@ from ..errors import ProviderError
 from ..gguf import GGUFFile, TensorInfo
 from ..quants import FLOAT_TYPES, Q8_0, SUPPORTED_TYPES, dequantize, quantize_q8_0, row_bytes
 from .batch import Batch
+from .config import float_weight
 from .ops import Mask, Ops, Rope
 
 __all__ = ["Attention", "AttnSpec", "GatedMLP", "Linear", "Mask", "Ops", "Rope", "linear", "output_head", "vector"]
@@ -68,9 +69,8 @@ def output_head(f: GGUFFile, token_embd: Linear) -> Linear:
 
 
 def vector(f: GGUFFile, name: str, n: int) -> np.ndarray:
-    """A 1-D float weight (norms), as contiguous float32."""
-    t = f.tensor(name, (n,))
-    return np.ascontiguousarray(np.asarray(t.data, dtype=np.float32))
+    """A 1-D float weight (norms), as contiguous float32 (F32 or F16 only: other types are raw blocks)."""
+    return float_weight(f, name, (n,))
 
 
 def requantize(obj: Any) -> None:

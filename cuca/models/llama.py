@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..gguf import GGUFFile
-from . import opt, req
 from .batch import Batch, Decoder
 from .cache import KVCache
+from .config import context_length, dim, eps, head_counts, layer_count, rope_base, rope_dims, rope_scale
 from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Rope, linear, output_head, vector
 
 
@@ -34,22 +34,23 @@ class Config:
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> Config:
-        n_embd, n_head = int(req(f, "embedding_length")), int(req(f, "attention.head_count"))
-        head_dim = int(opt(f, "attention.key_length", n_embd // n_head))
-        factor = opt(f, "rope.scaling.factor", None)
+        n_embd, n_head = dim(f, "embedding_length"), dim(f, "attention.head_count")
+        n_head_kv = dim(f, "attention.head_count_kv", n_head)
+        head_counts(f, n_head, n_head_kv)
+        head_dim = dim(f, "attention.key_length", max(1, n_embd // n_head))
         return cls(
             n_vocab=int(f.tensor("token_embd.weight").shape[0]),
             n_embd=n_embd,
-            n_layer=int(req(f, "block_count")),
+            n_layer=layer_count(f),
             n_head=n_head,
-            n_head_kv=int(opt(f, "attention.head_count_kv", n_head)),
+            n_head_kv=n_head_kv,
             head_dim=head_dim,
-            n_ff=int(req(f, "feed_forward_length")),
-            n_rot=int(opt(f, "rope.dimension_count", head_dim)),
-            n_ctx_train=int(req(f, "context_length")),
-            rope_base=float(opt(f, "rope.freq_base", 10000.0)),
-            rope_scale=1.0 / float(factor) if factor else 1.0,
-            eps=float(req(f, "attention.layer_norm_rms_epsilon")),
+            n_ff=dim(f, "feed_forward_length"),
+            n_rot=rope_dims(f, "rope.dimension_count", head_dim),
+            n_ctx_train=context_length(f),
+            rope_base=rope_base(f, "rope.freq_base", 10000.0),
+            rope_scale=rope_scale(f),
+            eps=eps(f),
         )
 
 

@@ -19,11 +19,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ProviderError
+from ..errors import GGUFError, ProviderError
 from ..gguf import GGUFFile
-from . import opt, req
 from .batch import Batch, Decoder, SeqRows
 from .cache import KVCache
+from .config import (
+    F32_MAX,
+    F32_TINY,
+    INT32_MAX,
+    context_length,
+    dim,
+    eps,
+    float_weight,
+    head_counts,
+    items,
+    layer_count,
+    opt,
+    req,
+)
 from .layers import Attention, AttnSpec, GatedMLP, Linear, Mask, Ops, Rope, linear, output_head, vector
 
 L2_EPS = 1e-6  # the q/k L2 norm of the DeltaNet layers (fixed in the reference, not a GGUF key)
@@ -51,43 +64,48 @@ class Config:
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> Config:
-        n_nextn = int(opt(f, "nextn_predict_layers", 0))
-        n_layer = int(req(f, "block_count")) - n_nextn
-        rec = opt(f, "attention.recurrent_layers", None)
-        if rec is not None:
-            recurrent = tuple(bool(x) for x in rec)[:n_layer]
+        n_nextn = int(opt(f, "nextn_predict_layers", int, 0, 0, 1))
+        n_layer = layer_count(f, lo=1 + n_nextn) - n_nextn  # bounded by the blocks present, before any loop
+        rec = f.get(f.arch_key("attention.recurrent_layers"))
+        if rec is not None:  # may list the MTP block too: only the trunk's entries count
+            rec = rec[:n_layer] if isinstance(rec, list) else rec
+            recurrent = items(f, "attention.recurrent_layers", rec, bool, n_layer, (None, None))
         else:
-            interval = int(req(f, "full_attention_interval"))
+            interval = int(req(f, "full_attention_interval", int, 1, INT32_MAX))
             recurrent = tuple((i + 1) % interval != 0 for i in range(n_layer))
-        head_dim = int(req(f, "attention.key_length"))
+        n_head = dim(f, "attention.head_count")
+        n_head_kv = dim(f, "attention.head_count_kv")
+        head_counts(f, n_head, n_head_kv)
+        head_dim = dim(f, "attention.key_length")
         c = cls(
             n_vocab=int(f.tensor("token_embd.weight").shape[0]),
-            n_embd=int(req(f, "embedding_length")),
+            n_embd=dim(f, "embedding_length"),
             n_layer=n_layer,
             n_nextn=n_nextn,
-            n_head=int(req(f, "attention.head_count")),
-            n_head_kv=int(req(f, "attention.head_count_kv")),
+            n_head=n_head,
+            n_head_kv=n_head_kv,
             head_dim=head_dim,
-            n_ff=int(req(f, "feed_forward_length")),
-            n_rot=int(req(f, "rope.dimension_count")),
-            n_ctx_train=int(req(f, "context_length")),
-            rope_base=float(req(f, "rope.freq_base")),
-            eps=float(req(f, "attention.layer_norm_rms_epsilon")),
-            conv=int(req(f, "ssm.conv_kernel")),
-            d_state=int(req(f, "ssm.state_size")),
-            k_heads=int(req(f, "ssm.group_count")),
-            v_heads=int(req(f, "ssm.time_step_rank")),
+            n_ff=dim(f, "feed_forward_length"),
+            n_rot=int(req(f, "rope.dimension_count", int, 2, head_dim)),
+            n_ctx_train=context_length(f),
+            rope_base=float(req(f, "rope.freq_base", float, F32_TINY, F32_MAX)),
+            eps=eps(f),
+            conv=int(req(f, "ssm.conv_kernel", int, 1, 1 << 10)),
+            d_state=int(req(f, "ssm.state_size", int, 1, 1 << 12)),  # the state is v_heads * d_state^2 floats
+            k_heads=dim(f, "ssm.group_count"),
+            v_heads=dim(f, "ssm.time_step_rank"),
             recurrent=recurrent,
         )
-        if int(opt(f, "attention.value_length", head_dim)) != head_dim:
+        if dim(f, "attention.value_length", head_dim) != head_dim:
             raise ProviderError(f"{f.path}: attention key and value lengths differ; not supported")
         if c.k_heads < 1 or c.v_heads % c.k_heads:
             raise ProviderError(f"{f.path}: DeltaNet with {c.k_heads} key heads and {c.v_heads} value heads: the "
                                 "value heads must be a multiple of the key heads")
-        if int(opt(f, "ssm.inner_size", c.v_heads * c.d_state)) != c.v_heads * c.d_state:
+        if dim(f, "ssm.inner_size", c.v_heads * c.d_state) != c.v_heads * c.d_state:
             raise ProviderError(f"{f.path}: ssm.inner_size is not time_step_rank * state_size")
-        if len(recurrent) != n_layer or c.n_nextn > 1 or c.conv < 1 or not 0 < c.n_rot <= head_dim:
-            raise ProviderError(f"{f.path}: inconsistent qwen35 hyperparameters")
+        if c.n_rot % 2:
+            raise GGUFError(f"{f.path}: metadata key {f.arch_key('rope.dimension_count')!r} must be even, "
+                            f"got {c.n_rot}")
         return c
 
     @property
@@ -104,7 +122,7 @@ class Config:
 
 
 def _matrix(f: GGUFFile, name: str, shape: tuple[int, int]) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(f.tensor(name, shape).data, dtype=np.float32))
+    return float_weight(f, name, shape)
 
 
 def attn_spec(c: Config) -> AttnSpec:

@@ -65,7 +65,7 @@ def _family_gemma4(metadata: dict[str, Any], source: str) -> Family:
 
 def _family_gpt2(metadata: dict[str, Any], source: str) -> Family:
     pre = metadata.get("tokenizer.ggml.pre") or "default"
-    if pre not in PRE_TOKENIZERS:
+    if not isinstance(pre, str) or pre not in PRE_TOKENIZERS:
         raise TokenizerError(f"{source}: unsupported tokenizer.ggml.pre {pre!r} (model gpt2)")
     regexes, clean, ignore_merges, add_bos = PRE_TOKENIZERS[pre]
     bos = None if pre in ("chatglm-bpe", "glm4", "glm5") else 11  # no default BOS (the metadata may name one)

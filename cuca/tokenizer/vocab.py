@@ -66,6 +66,8 @@ class Vocab:
         types = self._per_token(metadata, "tokenizer.ggml.token_type")
         self.attrs = [_TYPE_ATTR.get(t, 0) for t in types] if types is not None else [NORMAL] * n
         scores = self._per_token(metadata, "tokenizer.ggml.scores")
+        if scores is not None and not all(type(s) in (int, float) for s in scores):
+            raise TokenizerError(f"{source}: tokenizer.ggml.scores must be numbers")
         self.scores = [float(s) for s in scores] if scores is not None else [0.0] * n
         self.bos_id = self._special_id(metadata, "bos", defaults.bos)
         self.eos_id = self._special_id(metadata, "eos", defaults.eos)
