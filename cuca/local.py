@@ -9,15 +9,18 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import Engine, Generation, Speculation, Timings
+from .device import Device
+from .engine import Engine, Generation, Timings
 from .errors import ConfigError
 from .gguf import open_gguf
 from .models import load_model
 from .models.layers import Ops
 from .sampling import SamplingParams
 from .sources import ModelSource
-from .speculative.drafters.load import load_drafter
-from .speculative.governor import Governor
+from .speculative.decoder import SpeculativeDecoder
+from .speculative.drafters import Drafter
+from .speculative.drafters.load import check_device, load_drafter
+from .speculative.governor import Governor, SpeedGovernor
 from .speculative.source import DrafterSource
 from .speculative.stats import DraftStats, RequestDraftStats
 from .tokenizer import Tokenizer
@@ -26,14 +29,15 @@ from .tokenizer import Tokenizer
 @dataclass(frozen=True)
 class LocalModelConfig:
     """What to load and how. Drafting is off unless `drafter` is set (a DrafterSource, or a ModelSource / string
-    naming a drafter file); `threads` 0 uses every core; `context_length` 0 uses min(4096, trained length)."""
+    naming a drafter file); `threads` 0 uses every core; `context_length` 0 uses min(4096, trained length);
+    `device` a Device or its name (only "cpu" in this build)."""
 
     source: ModelSource | str | os.PathLike[str] = "gemma3-270m-q4_k_m"
     drafter: DrafterSource | ModelSource | str | None = None
     draft_tokens: int = 3
     context_length: int = 0
     threads: int = 0
-    device: str = "cpu"
+    device: Device | str = Device.CPU
 
     def validate(self) -> None:
         if not isinstance(self.source, (ModelSource, str, os.PathLike)):
@@ -51,11 +55,10 @@ class LocalModelConfig:
             raise ConfigError(f"threads must be an integer >= 0, got {self.threads!r}")
         if not _is_int(self.draft_tokens) or (self.drafter is not None and self.draft_tokens < 1):
             raise ConfigError(f"draft_tokens must be an integer >= 1 when a drafter is set, got {self.draft_tokens!r}")
-        if self.device != "cpu":
-            if self.drafter is not None and DrafterSource.parse(self.drafter).kind == "in_trunk":
-                raise ConfigError(f"drafter: the in-trunk prediction head runs on the CPU only, not on device "
-                                  f"{self.device!r}")
-            raise ConfigError(f"device {self.device!r} is not available in this build (only 'cpu')")
+        device = Device.parse(self.device)
+        if self.drafter is not None:
+            check_device(DrafterSource.parse(self.drafter), device)
+        device.check_available()
 
 
 @dataclass
@@ -83,11 +86,10 @@ class LocalModel:
         n_ctx = config.context_length or min(4096, int(self.model.n_ctx_train))
         self.engine = Engine(self.model, n_ctx)
         self.drafter_source = DrafterSource.parse(config.drafter) if config.drafter is not None else None
-        self.drafter = None
+        self.drafter: Drafter | None = None
         if self.drafter_source is not None:
-            self.drafter = load_drafter(self.drafter_source, self.model, self.engine.cache, self.model.ops,
-                                        config.device, self.path)
-        self.governor = Governor()  # kept across requests, as the drafting decision should be
+            self.drafter = load_drafter(self.drafter_source, self.model, self.engine.cache, self.model.ops, self.path)
+        self.governor: Governor = SpeedGovernor()  # kept across requests, as the drafting decision should be
         self._draft_stats = DraftStats()
         self._lock = threading.Lock()
 
@@ -115,11 +117,10 @@ class LocalModel:
         """Rounds, drafted and accepted tokens summed over every request so far."""
         return DraftStats(self._draft_stats.rounds, self._draft_stats.drafted, self._draft_stats.accepted)
 
-    def _speculation(self) -> Speculation | None:
+    def _speculation(self) -> SpeculativeDecoder | None:
         if self.drafter is None:
             return None
-        return Speculation(self.drafter, self.config.draft_tokens, self.governor, RequestDraftStats(),
-                           getattr(self.model, "rollback_limit", None))
+        return SpeculativeDecoder(self.model, self.engine.cache, self.drafter, self.governor, self.config.draft_tokens)
 
     def stream_ids_sync(
         self,
@@ -151,7 +152,7 @@ class LocalModel:
 
     def _stream_locked(
         self, prompt_ids: list[int], max_tokens: int, params: SamplingParams, stop: Sequence[str],
-        gen: Generation, spec: Speculation | None,
+        gen: Generation, spec: SpeculativeDecoder | None,
     ) -> Iterator[str]:
         dec = self.tokenizer.stream(skip_special=True)
         pending = ""  # text held back while it could still be the start of a stop string

@@ -59,13 +59,15 @@ class LlamaRunner:
         llm.reset()
         llm.eval(prompt)
         out = [int(np.argmax(self._row(llm.n_tokens - 1)))]
-        history = list(prompt) + out
         drafter = PromptLookupDrafter() if draft_tokens else None
+        if drafter is not None:
+            drafter.begin(prompt)
+            drafter.commit([*prompt[1:], out[0]], np.arange(len(prompt)))
         stats = RequestDraftStats()
         t0 = time.perf_counter()
         while len(out) < n:
             k = min(draft_tokens, n - len(out) - 1)
-            drafts = list(drafter.propose(history, k).tokens[:k]) if drafter is not None and k > 0 else []
+            drafts = list(drafter.propose(k).tokens[:k]) if drafter is not None and k > 0 else []
             base = llm.n_tokens
             llm.eval([out[-1], *drafts])
             preds = [int(np.argmax(self._row(base + i))) for i in range(len(drafts) + 1)]
@@ -79,7 +81,8 @@ class LlamaRunner:
                 stats.record_round(len(drafts), acc)
             new = drafts[:acc] + [preds[acc]]
             out += new
-            history += new
+            if drafter is not None:
+                drafter.commit(new, np.arange(base, base + len(new)))
         dt = time.perf_counter() - t0
         out = out[:n]
         return (len(out) - 1) / dt if dt > 0 else 0.0, out, stats

@@ -6,7 +6,7 @@ draft head.
 ref: the spec ../shared/specs/qwen35.md (llama.cpp src/models/qwen35.cpp, transformers modeling_qwen3_5.py).
 Norm weights in GGUF already hold (1 + w), except `ssm_norm`; `ssm_a` already holds -exp(A_log).
 
-Rollback: the cache keeps, for the last batch of up to `rollback_limit + 1` tokens, the recurrent state after every
+Rollback: the cache keeps, for the last batch of up to `max_rollback + 1` tokens, the recurrent state after every
 token (the deltanet kernel writes them as it goes) and the raw conv inputs, so `trim(n)` restores the state after
 the last kept token without recomputing anything.
 """
@@ -27,6 +27,7 @@ from .cache import KVCache
 from .layers import Linear, Ops, head_norm, last_or_all, linear, output_head, rms_norm, self_attention, vector
 
 L2_EPS = 1e-6  # the q/k L2 norm of the DeltaNet layers (fixed in the reference, not a GGUF key)
+MAX_ROLLBACK = 16  # drafts per verification call: the cache keeps this many per-token snapshots
 
 
 @dataclass(frozen=True)
@@ -195,12 +196,11 @@ class HybridCache:
 
     `n` counts cached positions. After a forward batch of 2..max_snaps+1 tokens, `trim(n)` restores the
     recurrent states saved after the last kept token and the conv windows rebuilt from that batch's raw inputs;
-    the attention layers just forget positions. Deeper rollbacks raise.
+    the attention layers just forget positions. Deeper rollbacks raise; `max_rollback` says how deep a speculative
+    round may go (its drafts), so that a round never asks for one.
     """
 
-    can_rollback = True
-
-    def __init__(self, n_ctx: int, c: Config, max_snaps: int):
+    def __init__(self, n_ctx: int, c: Config, max_snaps: int = MAX_ROLLBACK):
         self.kv = KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)] * sum(not r for r in c.recurrent))
         n_rec = sum(c.recurrent)
         self.conv = [np.zeros((c.conv - 1, c.conv_dim), np.float32) for _ in range(n_rec)]
@@ -219,6 +219,10 @@ class HybridCache:
     @property
     def n_ctx(self) -> int:
         return self.kv.n_ctx
+
+    @property
+    def max_rollback(self) -> int:
+        return self.max_snaps
 
     def check_room(self, pos0: int, m: int) -> None:
         self.kv.check_room(pos0, m)
@@ -329,7 +333,6 @@ def gdn_chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta
 
 class Model:
     arch = "qwen35"
-    rollback_limit = 16  # drafts per verification call: the cache keeps this many per-token snapshots
     chunked_prefill_min = 65  # batches of at least this many tokens (beyond any rollback) use the chunked form
 
     def __init__(self, f: GGUFFile, ops: Ops):
@@ -356,7 +359,7 @@ class Model:
 
     # ---- caches ---------------------------------------------------------------------------------------------
     def make_cache(self, n_ctx: int) -> HybridCache:
-        return HybridCache(n_ctx, self.c, self.rollback_limit)
+        return HybridCache(n_ctx, self.c)
 
     def make_mtp_cache(self, n_ctx: int) -> KVCache:
         """The MTP block's own K/V (one layer)."""

@@ -9,10 +9,13 @@ from typing import ClassVar
 from ..errors import ConfigError
 from ..sources import ModelSource
 
+KINDS = ("file", "in_trunk", "prompt_lookup")
+
 
 @dataclass(frozen=True)
 class DrafterSource:
-    """`kind` is "file" (a separate drafter GGUF), "in_trunk" (the target's own MTP head) or "prompt_lookup"."""
+    """`kind` is "file" (a separate drafter GGUF at `source`), "in_trunk" (the target's own MTP head) or
+    "prompt_lookup" (n-grams up to `max_ngram`). Checked when built: a ConfigError names what is wrong."""
 
     kind: str
     source: ModelSource | None = None
@@ -20,14 +23,22 @@ class DrafterSource:
 
     IN_TRUNK: ClassVar[DrafterSource]
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(f"drafter kind must be one of {', '.join(map(repr, KINDS))}, got {self.kind!r}")
+        if self.kind == "file" and not isinstance(self.source, ModelSource):
+            raise ConfigError(f"drafter: a drafter file needs a ModelSource, got {self.source!r}")
+        if self.kind != "file" and self.source is not None:
+            raise ConfigError(f"drafter: kind {self.kind!r} reads no file, got source {self.source!r}")
+        if not isinstance(self.max_ngram, int) or isinstance(self.max_ngram, bool) or self.max_ngram < 1:
+            raise ConfigError(f"prompt_lookup max_ngram must be an integer >= 1, got {self.max_ngram!r}")
+
     @classmethod
     def file(cls, source: ModelSource | str | os.PathLike[str]) -> DrafterSource:
         return cls("file", ModelSource.parse(source))
 
     @classmethod
     def prompt_lookup(cls, max_ngram: int = 3) -> DrafterSource:
-        if not isinstance(max_ngram, int) or max_ngram < 1:
-            raise ConfigError(f"prompt_lookup max_ngram must be an integer >= 1, got {max_ngram!r}")
         return cls("prompt_lookup", max_ngram=max_ngram)
 
     @classmethod
