@@ -50,9 +50,9 @@ def synthetic(d: Path) -> dict[str, Any]:
     res: dict[str, Any] = {}
     for arch in ("llama", "gemma3"):
         path = write_tiny(d / f"{arch}.gguf", arch=arch)
-        res[f"{arch}/plain"] = _runs(_load(path), PAIR_PROMPTS, 40)
+        res[f"tiny-{arch}/plain"] = _runs(_load(path), PAIR_PROMPTS, 40)
         for k in (1, 3, 8):
-            res[f"{arch}/lookup/k{k}"] = _runs(_load(path, DrafterSource.prompt_lookup(), k), PAIR_PROMPTS, 40)
+            res[f"tiny-{arch}/lookup/k{k}"] = _runs(_load(path, DrafterSource.prompt_lookup(), k), PAIR_PROMPTS, 40)
     g4 = write_gemma4(d / "g4.gguf")
     ga = write_gemma4_assistant(d / "g4a.gguf")
     q = synth_qwen35.write(d / "q.gguf")
