@@ -14,7 +14,7 @@ import argparse
 import numpy as np
 
 from cuca.bench import Bench
-from cuca.speculative.governor import Governor
+from cuca.speculative.governor import SpeedGovernor
 
 PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n"
 
@@ -30,7 +30,7 @@ def main() -> None:
     b = Bench(a.model, a.drafter, 3, a.threads, n_ctx=1024)
     x = b.encode(PROMPT)
     ref = b.plain(x, a.tokens).tokens
-    governor = Governor()
+    governor = SpeedGovernor()
     for w in range(4):
         b.spec(x, a.tokens, governor, controlled=0.0, reference=ref, seed=w)
     mark = governor.event_count

@@ -20,18 +20,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's cuca, not an installed one
 
 from cuca.bench import PROMPTS, AlwaysDraft  # noqa: E402  (the prompts `cuca bench` uses)
-from cuca.engine import Engine, Generation, Speculation  # noqa: E402
+from cuca.engine import Engine, Generation  # noqa: E402
 from cuca.gguf import open_gguf  # noqa: E402
 from cuca.models import load_model  # noqa: E402
 from cuca.models.layers import Ops  # noqa: E402
 from cuca.sampling import SamplingParams  # noqa: E402
 from cuca.sources import ModelSource  # noqa: E402
-from cuca.speculative import Governor, RequestDraftStats  # noqa: E402
+from cuca.speculative import Governor, RequestDraftStats, SpeculativeDecoder, SpeedGovernor  # noqa: E402
 from cuca.speculative.drafters.prompt_lookup import PromptLookupDrafter  # noqa: E402
 from cuca.tokenizer import Tokenizer  # noqa: E402
 
 
-def run(eng: Engine, prompt: list[int], n: int, spec: Speculation | None) -> tuple[list[int], float]:
+def run(eng: Engine, prompt: list[int], n: int, spec: SpeculativeDecoder | None) -> tuple[list[int], float]:
     gen = Generation()
     t0 = time.perf_counter()
     toks = list(eng.stream(prompt, n, SamplingParams(), frozenset(), gen, spec))
@@ -51,7 +51,7 @@ def main() -> None:
     f = open_gguf(ModelSource.parse(a.model).resolve())
     tok = Tokenizer.from_gguf(f)
     eng = Engine(load_model(f, Ops(a.threads)), 1024)
-    governor = AlwaysDraft() if a.no_governor else Governor()
+    governor: Governor = AlwaysDraft() if a.no_governor else SpeedGovernor()
     report: dict = {"model": f.path.name, "threads": a.threads, "draft_tokens": a.draft_tokens, "categories": {}}
     print(f"{f.path.name}  threads={a.threads}  draft_tokens={a.draft_tokens}  {a.tokens} tokens x {a.reps} reps")
     print(f"{'category':8s} {'plain tok/s':>12s} {'spec tok/s':>12s} {'speedup':>8s} {'accept':>7s} {'tok/round':>9s}")
@@ -62,7 +62,7 @@ def main() -> None:
                 ids = tok.encode(text)
                 want, tps = run(eng, ids, a.tokens, None)
                 plain_tps.append(tps)
-                s = Speculation(PromptLookupDrafter(), a.draft_tokens, governor, RequestDraftStats())  # type: ignore[arg-type]
+                s = SpeculativeDecoder(eng.model, eng.cache, PromptLookupDrafter(), governor, a.draft_tokens)
                 got, tps = run(eng, ids, a.tokens, s)
                 assert got == want, f"speculative output differs from plain on {text[:30]!r}"
                 spec_tps.append(tps)
@@ -80,7 +80,7 @@ def main() -> None:
             "spec_tps_range": [round(min(spec_tps), 2), round(max(spec_tps), 2)],
         }
         print(f"{cat:8s} {p:12.1f} {q:12.1f} {q / p:7.2f}x {(rate or 0):7.0%} {(tpr or 0):9.2f}")
-    if isinstance(governor, Governor):
+    if isinstance(governor, SpeedGovernor):
         report["governor_events"] = governor.events
         print(f"governor decisions: {governor.events}")
     if a.json:

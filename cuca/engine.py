@@ -1,21 +1,24 @@
-"""The plain generation loop: batched prefill, then one forward pass per token. Thin on purpose."""
+"""A request's data path: the prompt through the target in chunks (forward_hidden, then head on the last row), then
+one forward pass per token, or a SpeculativeDecoder's rounds. Thin on purpose."""
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import ConfigError, ContextLengthError
-from .models.cache import KVCache
+from .models import Model
+from .models.cache import Cache
 from .sampling import SamplingParams, next_token
-from .speculative.drafters import Drafter
-from .speculative.governor import Governor
-from .speculative.loop import speculative_tokens
-from .speculative.stats import RequestDraftStats
+
+if TYPE_CHECKING:  # the speculative package imports prefill_rows from here
+    from .speculative.decoder import SpeculativeDecoder
+    from .speculative.stats import RequestDraftStats
 
 PREFILL_CHUNK = 256  # rows per prefill pass: bounds scratch memory, keeps the kernels in their fast M range
 
@@ -37,17 +40,6 @@ class Timings:
     def tokens_per_second(self) -> float:
         """Decode throughput: tokens after the first (which the prefill pass yields) per second of decoding."""
         return (self.n_generated - 1) / self.decode_s if self.decode_s > 0 else 0.0
-
-
-@dataclass
-class Speculation:
-    """How a request drafts: the drafter, drafts per round, the model's governor, and where the stats go."""
-
-    drafter: Drafter
-    draft_tokens: int
-    governor: Governor
-    stats: RequestDraftStats
-    rollback_limit: int | None = None
 
 
 @dataclass
@@ -75,32 +67,35 @@ def check_token_ids(prompt: Any, n_vocab: int) -> list[int]:
     return [int(t) for t in items]
 
 
-class Engine:
-    """Owns a model and its cache; serves one request at a time."""
+def prefill_rows(model: Model, cache: Cache, prompt: Sequence[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Run the prompt through the model in chunks of PREFILL_CHUNK rows, continuing the cache at position
+    cache.n; yields each chunk's (positions (M,) int32, post-norm hidden (M, n_embd))."""
+    ids = np.asarray(prompt, dtype=np.int32)
+    pos0 = cache.n
+    for s in range(0, len(ids), PREFILL_CHUNK):
+        chunk = ids[s : s + PREFILL_CHUNK]
+        pos = np.arange(pos0 + s, pos0 + s + len(chunk), dtype=np.int32)
+        yield pos, model.forward_hidden(chunk, pos, cache)
 
-    def __init__(self, model: Any, n_ctx: int):
+
+class Engine:
+    """Owns a model and its cache; serves one request at a time, plainly or through a SpeculativeDecoder built
+    on the same model and cache."""
+
+    def __init__(self, model: Model, n_ctx: int):
         if n_ctx < 2:
             raise ConfigError(f"context_length must be >= 2, got {n_ctx}")
         self.model = model
         self.n_ctx = n_ctx
-        self.cache: KVCache = model.make_cache(n_ctx)
+        self.cache: Cache = model.make_cache(n_ctx)
 
-    def prefill(self, prompt: Sequence[int], pos0: int = 0, hidden: list[np.ndarray] | None = None) -> np.ndarray:
-        """Run the prompt through the model in chunks; returns the last position's logits (n_vocab,). With
-        `hidden`, the chunks' post-norm hidden states are appended to it (for drafters that read them)."""
-        ids = np.asarray(prompt, dtype=np.int32)
-        logits = None
-        for s in range(0, len(ids), PREFILL_CHUNK):
-            chunk = ids[s : s + PREFILL_CHUNK]
-            pos = np.arange(pos0 + s, pos0 + s + len(chunk), dtype=np.int32)
-            if hidden is None:
-                logits = self.model.forward(chunk, pos, self.cache, "last")
-            else:
-                h = self.model.forward_hidden(chunk, pos, self.cache)
-                hidden.append(h)
-                logits = self.model.head(np.ascontiguousarray(h[-1:]))
-        assert logits is not None
-        return logits[0]
+    def prefill(self, prompt: Sequence[int]) -> np.ndarray:
+        """Run the prompt through the model after what the cache holds; returns the last position's logits
+        (n_vocab,)."""
+        last = deque(prefill_rows(self.model, self.cache, prompt), maxlen=1)  # only the last chunk is kept
+        if not last:
+            raise ConfigError("the prompt is empty: at least one token is needed")
+        return self.model.head(np.ascontiguousarray(last[0][1][-1:]))[0]
 
     def check_fits(self, n_prompt: int, max_tokens: int) -> None:
         if n_prompt < 1:
@@ -120,41 +115,29 @@ class Engine:
         params: SamplingParams,
         stop_ids: frozenset[int] = frozenset(),
         gen: Generation | None = None,
-        spec: Speculation | None = None,
+        spec: SpeculativeDecoder | None = None,
     ) -> Iterator[int]:
-        """Yield generated token ids; `gen` (if given) receives the tokens, finish reason and timings. With `spec`
-        the tokens come from speculative rounds (equal to plain decoding at temperature 0)."""
+        """Yield generated token ids; `gen` (if given) receives the tokens, finish reason and timings (the prompt's
+        time runs to the first token). With `spec` the tokens come from speculative rounds (equal to plain
+        decoding at temperature 0)."""
         gen = gen if gen is not None else Generation()
         prompt = check_token_ids(prompt, self.model.n_vocab)
         self.check_fits(len(prompt), max_tokens)
+        if spec is not None and (spec.cache is not self.cache or spec.model is not self.model):
+            raise ValueError("the SpeculativeDecoder must be built on this engine's model and cache")
         rng = np.random.default_rng(params.seed)
         t = gen.timings
         t.n_prompt = len(prompt)
         self.cache.reset()
-        t0 = time.perf_counter()
-        hidden: list[np.ndarray] | None = [] if spec is not None and spec.drafter.uses_hidden else None
-        logits = self.prefill(prompt, hidden=hidden)
-        t.prompt_s = time.perf_counter() - t0
-        tok = next_token(logits, params, rng)
-        if spec is None:
-            rest = self._plain(prompt, tok, max_tokens, params, rng)
-        else:
-            rest = speculative_tokens(
-                self.model,
-                self.cache,
-                tok,
-                list(prompt),
-                max_tokens,
-                params,
-                rng,
-                spec.drafter,
-                spec.draft_tokens,
-                spec.governor,
-                spec.stats,
-                spec.rollback_limit,
-                np.concatenate(hidden) if hidden else None,
-            )
+        decoder = spec.generate if spec is not None else self.generate
+        tokens = decoder(list(prompt), max_tokens, params, rng)
         while True:
+            t0 = time.perf_counter()
+            tok = next(tokens)
+            if t.n_generated == 0:
+                t.prompt_s = time.perf_counter() - t0
+            else:
+                t.decode_s += time.perf_counter() - t0
             gen.tokens.append(tok)
             t.n_generated += 1
             yield tok
@@ -164,16 +147,15 @@ class Engine:
             if t.n_generated >= max_tokens:
                 gen.finish_reason = "length"
                 return
-            t0 = time.perf_counter()
-            tok = next(rest)
-            t.decode_s += time.perf_counter() - t0
 
-    def _plain(
-        self, prompt: Sequence[int], first: int, max_tokens: int, params: SamplingParams, rng: np.random.Generator
+    def generate(
+        self, prompt: list[int], max_tokens: int, params: SamplingParams, rng: np.random.Generator
     ) -> Iterator[int]:
-        tok, pos = first, len(prompt)
+        """Plain decoding: prefill (the cache must be empty), then one forward pass per token."""
+        tok, pos = next_token(self.prefill(prompt), params, rng), len(prompt)
+        yield tok
         for _ in range(max_tokens - 1):
-            logits = self.model.forward(np.array([tok], np.int32), np.array([pos], np.int32), self.cache, "last")
-            tok = next_token(logits[0], params, rng)
+            h = self.model.forward_hidden(np.array([tok], np.int32), np.array([pos], np.int32), self.cache)
+            tok = next_token(self.model.head(h)[0], params, rng)
             pos += 1
             yield tok

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Engine, Generation, Speculation, Timings, check_token_ids
+from .device import Device
+from .engine import Engine, Generation, Timings, check_token_ids
 from .errors import ConfigError, ContextLengthError
 from .gguf import open_gguf
 from .models import load_model
@@ -21,8 +22,10 @@ from .models.layers import Ops
 from .sampling import SamplingParams, is_int
 from .scheduler import AsyncStream, Scheduler, SyncStream
 from .sources import ModelSource
-from .speculative.drafters.load import load_drafter
-from .speculative.governor import Governor
+from .speculative.decoder import SpeculativeDecoder
+from .speculative.drafters import Drafter
+from .speculative.drafters.load import check_device, load_drafter
+from .speculative.governor import Governor, SpeedGovernor
 from .speculative.source import DrafterSource
 from .speculative.stats import DraftStats, RequestDraftStats
 from .tokenizer import Tokenizer
@@ -34,14 +37,15 @@ MAX_THREADS = 1 << 16  # what the kernels accept
 class LocalModelConfig:
     """What to load and how. Drafting is off unless `drafter` is set (a DrafterSource, or a ModelSource / string
     naming a drafter file); `threads` 0 uses every core; `context_length` 0 uses min(4096, trained length), and a
-    length past the trained one needs `allow_long_context=True`."""
+    length past the trained one needs `allow_long_context=True`; `device` a Device or its name (only "cpu" in this
+    build)."""
 
     source: ModelSource | str | os.PathLike[str] = "gemma3-270m-q4_k_m"
     drafter: DrafterSource | ModelSource | str | None = None
     draft_tokens: int = 3
     context_length: int = 0
     threads: int = 0
-    device: str = "cpu"
+    device: Device | str = Device.CPU
     allow_long_context: bool = False
 
     def validate(self) -> None:
@@ -62,11 +66,10 @@ class LocalModelConfig:
             raise ConfigError(f"draft_tokens must be an integer >= 1 when a drafter is set, got {self.draft_tokens!r}")
         if not isinstance(self.allow_long_context, bool):
             raise ConfigError(f"allow_long_context must be True or False, got {self.allow_long_context!r}")
-        if self.device != "cpu":
-            if self.drafter is not None and DrafterSource.parse(self.drafter).kind == "in_trunk":
-                raise ConfigError(f"drafter: the in-trunk prediction head runs on the CPU only, not on device "
-                                  f"{self.device!r}")
-            raise ConfigError(f"device {self.device!r} is not available in this build (only 'cpu')")
+        device = Device.parse(self.device)
+        if self.drafter is not None:
+            check_device(DrafterSource.parse(self.drafter), device)
+        device.check_available()
 
 
 @dataclass
@@ -110,11 +113,10 @@ class LocalModel:
         self.model = load_model(self.file, Ops(config.threads or (os.cpu_count() or 1)))
         self.engine = Engine(self.model, self._context_length(config))
         self.drafter_source = DrafterSource.parse(config.drafter) if config.drafter is not None else None
-        self.drafter = None
+        self.drafter: Drafter | None = None
         if self.drafter_source is not None:
-            self.drafter = load_drafter(self.drafter_source, self.model, self.engine.cache, self.model.ops,
-                                        config.device, self.path)
-        self.governor = Governor()  # kept across requests, as the drafting decision should be
+            self.drafter = load_drafter(self.drafter_source, self.model, self.engine.cache, self.model.ops, self.path)
+        self.governor: Governor = SpeedGovernor()  # kept across requests, as the drafting decision should be
         self._draft_stats = DraftStats()
         self.scheduler = Scheduler(f"cuca-model {self.source}")
         weakref.finalize(self, self.scheduler.close)  # the worker exits once the model is gone
@@ -196,6 +198,11 @@ class LocalModel:
         """Rounds, drafted and accepted tokens summed over every request so far."""
         return DraftStats(self._draft_stats.rounds, self._draft_stats.drafted, self._draft_stats.accepted)
 
+    def _speculation(self) -> SpeculativeDecoder | None:
+        if self.drafter is None:
+            return None
+        return SpeculativeDecoder(self.model, self.engine.cache, self.drafter, self.governor, self.config.draft_tokens)
+
     # ---- requests -----------------------------------------------------------------------------------------
     def _plan(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> _Plan:
         """Check a request's parameters in the caller's thread, before anything is queued."""
@@ -235,10 +242,7 @@ class LocalModel:
         """The worker's side of a request: text pieces, or None after a token that added none (the scheduler
         checks for cancellation at every item)."""
         ids = plan.prompt(plan.max_tokens)
-        spec = None
-        if plan.draft and self.drafter is not None:
-            spec = Speculation(self.drafter, self.config.draft_tokens, self.governor, RequestDraftStats(),
-                               getattr(self.model, "rollback_limit", None))
+        spec = self._speculation() if plan.draft else None
         plan.gen.draft = spec.stats if spec is not None else None
         try:
             yield from self._pieces(ids, plan, spec)
@@ -246,7 +250,7 @@ class LocalModel:
             if spec is not None:
                 self._draft_stats.add(spec.stats)
 
-    def _pieces(self, ids: list[int], plan: _Plan, spec: Speculation | None) -> Iterator[str | None]:
+    def _pieces(self, ids: list[int], plan: _Plan, spec: SpeculativeDecoder | None) -> Iterator[str | None]:
         dec, stop, gen = self.tokenizer.stream(skip_special=True), plan.stop, plan.gen
         pending = ""  # text held back while it could still be the start of a stop string
         hold = max((len(s) for s in stop), default=0)

@@ -37,15 +37,13 @@ def test_probability_for_published_levels() -> None:
 
 
 class _Fixed:
-    uses_hidden = False
-
     def begin(self, prompt, params, rng):  # type: ignore[no-untyped-def]
         pass
 
-    def observe(self, hidden, positions, next_tokens):  # type: ignore[no-untyped-def]
+    def commit(self, tokens, positions, hidden):  # type: ignore[no-untyped-def]
         pass
 
-    def propose(self, history: list[int], n: int) -> Proposal:
+    def propose(self, n: int) -> Proposal:
         self.calls = getattr(self, "calls", 0) + 1
         return Proposal([7] * n, None)
 
@@ -58,14 +56,19 @@ def test_controlled_drafter_statistics(p: float) -> None:
     ref = [int(x) for x in np.random.default_rng(1).integers(0, 50, 4000)]
     d.expect(5, ref, seed=3)
     hits = total = 0
+
+    def at(k: int) -> B.ControlledDrafter:  # committed up to the token before reference index k
+        d.commit([0], np.array([5 + k - 2], np.int32), np.zeros((1, 0), np.float32))
+        return d
+
     for k in range(1, 3990, 3):
-        drafts = d.propose([0] * (5 + k), 3).tokens
+        drafts = at(k).propose(3).tokens
         assert len(drafts) == 3
         hits += sum(int(t == r) for t, r in zip(drafts, ref[k : k + 3], strict=True))
         total += 3
     assert inner.calls == len(range(1, 3990, 3))
     assert hits / total == pytest.approx(p, abs=0.03)
-    assert len(d.propose([0] * (5 + 3999), 3).tokens) == 1  # drafts stop at the reference's end
+    assert len(at(3999).propose(3).tokens) == 1  # drafts stop at the reference's end
 
 
 @pytest.mark.parametrize("p", [0.0, 0.5, 1.0])

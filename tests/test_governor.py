@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from cuca.speculative.governor import ALPHA, PROBE_FIRST, PROBE_MAX, REFRESH_EVERY, Governor, MovingAverage
+from cuca.speculative.governor import ALPHA, PROBE_FIRST, PROBE_MAX, REFRESH_EVERY, MovingAverage, SpeedGovernor
 from cuca.speculative.stats import RequestDraftStats
 
 PLAIN_TPS = 2.0  # a plain round: 1 token in 0.5 s
 
 
-def step(gov: Governor, spec_tps: float, plain_tps: float = PLAIN_TPS, force: bool = False) -> bool:
+def step(gov: SpeedGovernor, spec_tps: float, plain_tps: float = PLAIN_TPS, force: bool = False) -> bool:
     """One round at the given rates: a speculative round emits 3 tokens."""
     drafting = gov.decide(force)
     if drafting:
@@ -20,11 +20,11 @@ def step(gov: Governor, spec_tps: float, plain_tps: float = PLAIN_TPS, force: bo
     return drafting
 
 
-def run(gov: Governor, n: int, spec_tps: float, plain_tps: float = PLAIN_TPS, force: bool = False) -> list[bool]:
+def run(gov: SpeedGovernor, n: int, spec_tps: float, plain_tps: float = PLAIN_TPS, force: bool = False) -> list[bool]:
     return [step(gov, spec_tps, plain_tps, force) for _ in range(n)]
 
 
-def kinds(gov: Governor, kind: str) -> list[int]:
+def kinds(gov: SpeedGovernor, kind: str) -> list[int]:
     return [i for k, i in gov.events if k == kind]
 
 
@@ -45,7 +45,7 @@ def test_moving_average_is_a_mean_at_first_then_exponential() -> None:
 
 
 def test_measures_plain_first_then_speculation() -> None:
-    gov = Governor()
+    gov = SpeedGovernor()
     assert gov.plain.value is None and gov.spec.value is None
     assert run(gov, 2, spec_tps=3.0) == [False, False]
     assert gov.plain.value == PLAIN_TPS and gov.spec.value is None
@@ -57,7 +57,7 @@ def test_measures_plain_first_then_speculation() -> None:
 def test_drafts_from_1_02_times_plain() -> None:
     # 51 tokens in 25 s is 2.04 tok/s, exactly 1.02 x 2.0 in floating point too
     for seconds, on in [(25.0, True), (25.001, False)]:
-        gov = Governor()
+        gov = SpeedGovernor()
         for drafted in [False, False, True, True]:
             gov.record(drafted, 51 if drafted else 1, seconds if drafted else 0.5)
         assert gov.drafting is on
@@ -65,7 +65,7 @@ def test_drafts_from_1_02_times_plain() -> None:
 
 
 def test_turns_off_when_plain_is_faster() -> None:
-    gov = Governor()
+    gov = SpeedGovernor()
     run(gov, 4 + 20, spec_tps=3.0)
     assert gov.drafting
     decisions = run(gov, 30, spec_tps=1.0)
@@ -76,7 +76,7 @@ def test_turns_off_when_plain_is_faster() -> None:
 
 
 def test_reprobes_after_32_plain_rounds() -> None:
-    gov = Governor()
+    gov = SpeedGovernor()
     run(gov, 4, spec_tps=1.0)
     assert gov.events == [("spec_off", 4)]
     assert run(gov, PROBE_FIRST + 2, spec_tps=1.0) == [False] * PROBE_FIRST + [True, True]
@@ -84,7 +84,7 @@ def test_reprobes_after_32_plain_rounds() -> None:
 
 
 def test_failed_probes_double_the_interval_up_to_512() -> None:
-    gov = Governor()
+    gov = SpeedGovernor()
     run(gov, 4 + 32 + 2 + 64 + 2 + 128 + 2 + 256 + 2 + 512 + 2 + 512 + 2 + 512 + 2, spec_tps=1.0)
     offs, probes = kinds(gov, "spec_off"), kinds(gov, "probe")
     assert len(offs) == len(probes) + 1  # the first measurement, then one outcome per probe
@@ -95,7 +95,7 @@ def test_failed_probes_double_the_interval_up_to_512() -> None:
 
 
 def test_a_successful_probe_resets_the_interval() -> None:
-    gov = Governor()
+    gov = SpeedGovernor()
     run(gov, 4 + 32 + 2 + 64 + 2, spec_tps=1.0)
     assert gov.interval == 128
     decisions = run(gov, 128 + 2 + 10, spec_tps=3.0)
@@ -109,7 +109,7 @@ def test_a_successful_probe_resets_the_interval() -> None:
 
 
 def test_refreshes_plain_with_two_rounds_every_64() -> None:
-    gov = Governor()
+    gov = SpeedGovernor()
     run(gov, 4, spec_tps=3.0)
     decisions = run(gov, 2 * (REFRESH_EVERY + 2) + 5, spec_tps=3.0)
     expected = ([True] * REFRESH_EVERY + [False, False]) * 2 + [True] * 5
@@ -119,7 +119,7 @@ def test_refreshes_plain_with_two_rounds_every_64() -> None:
 
 
 def test_a_refresh_that_finds_plain_faster_turns_drafting_off() -> None:
-    gov = Governor()
+    gov = SpeedGovernor()
     run(gov, 4 + REFRESH_EVERY, spec_tps=3.0)
     assert run(gov, 3, spec_tps=3.0, plain_tps=4.0) == [False, False, False]
     assert gov.plain.value == 4.0  # the refresh restarted the plain average: two fresh rounds decide
@@ -127,7 +127,7 @@ def test_a_refresh_that_finds_plain_faster_turns_drafting_off() -> None:
 
 
 def test_force_always_drafts_and_leaves_the_schedule_alone() -> None:
-    gov = Governor()
+    gov = SpeedGovernor()
     assert run(gov, 10, spec_tps=1.0, force=True) == [True] * 10  # even before any plain measurement
     assert gov.spec.value == 1.0 and gov.events == []
     assert run(gov, 4, spec_tps=1.0) == [False, False, True, True]  # the warm-up still runs, in order
@@ -138,7 +138,7 @@ def test_force_always_drafts_and_leaves_the_schedule_alone() -> None:
 
 
 def test_force_during_a_refresh() -> None:
-    gov = Governor()
+    gov = SpeedGovernor()
     run(gov, 4 + REFRESH_EVERY, spec_tps=3.0)
     assert not gov.drafting  # a refresh is due
     assert run(gov, 3, spec_tps=3.0, force=True) == [True] * 3
@@ -146,7 +146,7 @@ def test_force_during_a_refresh() -> None:
 
 
 def test_plain_rounds_without_room_to_draft_are_measurements_only() -> None:
-    gov = Governor()
+    gov = SpeedGovernor()
     run(gov, 4 + 10, spec_tps=3.0)
     for _ in range(100):  # rounds near max_tokens run plain without asking
         gov.record(False, 1, 0.5)
@@ -154,7 +154,7 @@ def test_plain_rounds_without_room_to_draft_are_measurements_only() -> None:
 
 
 def test_state_is_kept_across_requests() -> None:
-    gov = Governor()
+    gov = SpeedGovernor()
     first = RequestDraftStats()
     mark = gov.event_count
     run(gov, 40, spec_tps=1.0)  # request 1: warm-up, off, then plain rounds
@@ -171,7 +171,7 @@ def test_state_is_kept_across_requests() -> None:
 
 def test_begin_and_end_round_use_the_injected_clock() -> None:
     now = [100.0]
-    gov = Governor(clock=lambda: now[0])
+    gov = SpeedGovernor(clock=lambda: now[0])
     for drafting, seconds, tokens in [(False, 0.5, 1), (False, 0.25, 1), (True, 1.0, 5), (True, 1.0, 5)]:
         gov.begin_round(drafting)
         now[0] += seconds
@@ -184,7 +184,7 @@ def test_begin_and_end_round_use_the_injected_clock() -> None:
 
 
 def test_the_event_log_is_bounded() -> None:
-    gov = Governor()
+    gov = SpeedGovernor()
     run(gov, 4, spec_tps=1.0)
     mark = gov.event_count
     run(gov, 20_000, spec_tps=1.0)

@@ -12,9 +12,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import synth_qwen35 as S  # noqa: E402
-from test_speculative import ScriptDrafter  # noqa: E402
+from helpers import GREEDY, Scripted  # noqa: E402
 
-from cuca.engine import Engine, Generation, Speculation  # noqa: E402
+from cuca.engine import Engine, Generation  # noqa: E402
 from cuca.errors import ConfigError, GGUFError, ProviderError  # noqa: E402
 from cuca.gguf import open_gguf  # noqa: E402
 from cuca.kernels import implementations  # noqa: E402
@@ -22,13 +22,11 @@ from cuca.models import load_model  # noqa: E402
 from cuca.models.layers import Ops  # noqa: E402
 from cuca.models.qwen35 import L2_EPS, gdn_chunked  # noqa: E402
 from cuca.sampling import SamplingParams  # noqa: E402
-from cuca.speculative.drafters.mtp import MTPDrafter, check_in_trunk  # noqa: E402
-from cuca.speculative.governor import AlwaysDraft  # noqa: E402
-from cuca.speculative.stats import RequestDraftStats  # noqa: E402
+from cuca.speculative import AlwaysDraft, SpeculativeDecoder  # noqa: E402
+from cuca.speculative.drafters.mtp import MTPDrafter  # noqa: E402
 from cuca.tokenizer import Tokenizer  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "fixtures" / "qwen35_golden.npz"
-GREEDY = SamplingParams()
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +70,7 @@ def test_layout_and_tokenizer(path: Path, model) -> None:
     f = open_gguf(path)
     assert f.architecture == "qwen35" and f.get("qwen35.block_count") == S.TINY.n_layer + 1
     assert "blk.0.ssm_a" in f.tensors and "blk.8.nextn.eh_proj.weight" in f.tensors
-    assert model.c.recurrent == (True, True, True, False) * 2 and model.rollback_limit == 16
+    assert model.c.recurrent == (True, True, True, False) * 2 and model.make_cache(8).max_rollback == 16
     assert model.mtp is not None
     tok = Tokenizer.from_gguf(f)
     assert tok.decode(tok.encode("the cat sat")) == "the cat sat"
@@ -108,9 +106,9 @@ def test_mtp_matches_reference(model, golden) -> None:
     # chained drafts through the drafter: same tokens, from the first DRAFT_VOCAB_TINY ids only
     d = MTPDrafter(model, 128, draft_vocab=S.DRAFT_VOCAB_TINY)
     d.begin(list(prompt), GREEDY, np.random.default_rng(0))
-    d.observe(hid, _pos(0, n), list(nxt))
+    d.commit(list(nxt), _pos(0, n), hid)
     chain = golden["chain"]
-    prop = d.propose([*prompt.tolist(), first], len(chain))
+    prop = d.propose(len(chain))
     assert prop.tokens == chain.tolist() and prop.q_draft is None
     # the chained head outputs themselves
     mc = model.make_mtp_cache(128)
@@ -199,7 +197,7 @@ def _plain(model, prompt: list[int], n: int, n_ctx: int = 128):
 
 def _spec(model, prompt: list[int], n: int, drafter, k: int, n_ctx: int = 128):
     eng = Engine(model, n_ctx)
-    s = Speculation(drafter, k, AlwaysDraft(), RequestDraftStats(), model.rollback_limit)  # type: ignore[arg-type]
+    s = SpeculativeDecoder(eng.model, eng.cache, drafter, AlwaysDraft(), k)
     return list(eng.stream(prompt, n, GREEDY, frozenset(), Generation(), s)), eng, s.stats
 
 
@@ -249,7 +247,7 @@ def test_oracle_rounds_roll_back_the_trunk(model, k: int) -> None:
     future = list(want[1:])
     wrong = np.random.default_rng(k).random(len(future)) < 0.25
     future = [(t + 1) % 320 if w else t for t, w in zip(future, wrong, strict=True)]
-    got, seng, st = _spec(model, prompt, 60, ScriptDrafter(future, len(prompt) + 1), k)
+    got, seng, st = _spec(model, prompt, 60, Scripted(future, len(prompt) + 1), k)
     assert got == want and 0 < st.accepted < st.drafted
     assert all(np.array_equal(x, y) for x, y in zip(_state(peng.cache), _state(seng.cache), strict=True))
 
@@ -260,8 +258,8 @@ def test_mtp_sampling_returns_draft_distributions(model) -> None:
     hid = model.forward_hidden(np.array(prompt, np.int32), _pos(0, len(prompt)), eng.cache)
     d = MTPDrafter(model, 64, draft_vocab=S.DRAFT_VOCAB_TINY)
     d.begin(prompt, SamplingParams(temperature=0.8, top_k=20), np.random.default_rng(3))
-    d.observe(hid, _pos(0, len(prompt)), [*prompt[1:], 9])
-    p = d.propose([*prompt, 9], 3)
+    d.commit([*prompt[1:], 9], _pos(0, len(prompt)), hid)
+    p = d.propose(3)
     assert p.q_draft is not None and p.q_draft.shape == (3, model.n_vocab)
     assert not p.q_draft[:, S.DRAFT_VOCAB_TINY :].any() and np.allclose(p.q_draft.sum(1), 1.0)
     assert all(p.q_draft[i, t] > 0 for i, t in enumerate(p.tokens))
@@ -269,16 +267,13 @@ def test_mtp_sampling_returns_draft_distributions(model) -> None:
 
 # ---------------------------------------------------------------------------------------------- errors
 def test_in_trunk_errors(tmp_path: Path, model) -> None:
-    with pytest.raises(ConfigError, match="CPU only"):
-        MTPDrafter(model, 64, device="vulkan")
-    with pytest.raises(ConfigError):
-        check_in_trunk(model, "cuda")
+    """The drafter checks its head (the device rule is the config's: test_local); a bad draft vocabulary."""
     bare = load_model(open_gguf(S.write(tmp_path / "nohead.gguf", S.TINY, mtp=False)), Ops(1))
     assert bare.mtp is None and bare.c.n_layer == S.TINY.n_layer
-    with pytest.raises(ProviderError, match="has no prediction head"):
+    with pytest.raises(ProviderError, match="nohead.gguf has no prediction head"):
         MTPDrafter(bare, 64)
-    with pytest.raises(ProviderError, match="has no prediction head"):
-        check_in_trunk(bare)
+    with pytest.raises(ConfigError, match="draft_vocab"):
+        MTPDrafter(model, 64, draft_vocab=0)
 
 
 def test_file_errors(tmp_path: Path) -> None:
@@ -320,7 +315,7 @@ def test_mtp_speculative_sampling_is_seeded(copy_model) -> None:
     for _ in range(2):
         eng = Engine(copy_model, 128)
         d = MTPDrafter(copy_model, 128, draft_vocab=S.DRAFT_VOCAB_TINY)
-        s = Speculation(d, 4, AlwaysDraft(), RequestDraftStats(), copy_model.rollback_limit)  # type: ignore[arg-type]
+        s = SpeculativeDecoder(eng.model, eng.cache, d, AlwaysDraft(), 4)
         params = SamplingParams(temperature=0.7, top_k=40, seed=11)
         runs.append((list(eng.stream(PROMPTS[0], 30, params, frozenset(), Generation(), s)), s.stats))
     (a, sa), (b, sb) = runs

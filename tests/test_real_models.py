@@ -111,8 +111,7 @@ def test_prefill_then_decode_equals_token_by_token(case_set: tuple[str, Engine, 
 
 def test_prompt_lookup_speculation_equals_plain(case_set: tuple[str, Engine, list[dict[str, Any]]]) -> None:
     """Greedy speculative decoding with prompt lookup on real weights: the same tokens as plain decoding."""
-    from cuca.engine import Speculation
-    from cuca.speculative import Governor, RequestDraftStats
+    from cuca.speculative import AlwaysDraft, SpeculativeDecoder
     from cuca.speculative.drafters.prompt_lookup import PromptLookupDrafter
 
     _, eng, cases = case_set
@@ -120,9 +119,7 @@ def test_prompt_lookup_speculation_equals_plain(case_set: tuple[str, Engine, lis
     for c in cases[:3]:
         prompt = c["prompt_ids"] + c["greedy"][:24]  # llama.cpp's own continuation repeats: lookup finds matches
         plain = list(eng.stream(prompt, 40, SamplingParams()))
-        for k in (3,):
-            spec = Speculation(PromptLookupDrafter(), k, Governor(), RequestDraftStats())
-            spec.governor.decide = lambda force: True  # type: ignore[method-assign]  # draft every round here
-            assert list(eng.stream(prompt, 40, SamplingParams(), spec=spec)) == plain
-            drafted, accepted = drafted + spec.stats.drafted, accepted + spec.stats.accepted
+        spec = SpeculativeDecoder(eng.model, eng.cache, PromptLookupDrafter(), AlwaysDraft(), 3)
+        assert list(eng.stream(prompt, 40, SamplingParams(), spec=spec)) == plain
+        drafted, accepted = drafted + spec.stats.drafted, accepted + spec.stats.accepted
     assert drafted > 0 and accepted > 0

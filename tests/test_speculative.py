@@ -4,23 +4,21 @@ drafter proposes; acceptance statistics match what the drafter deserved."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from helpers import Pair, Scripted, oracle_rounds, plain, same_cache
+from helpers import spec as run_spec
 from synth import write_tiny
 
-from cuca.engine import Engine, Generation, Speculation
 from cuca.errors import ContextLengthError
 from cuca.gguf import open_gguf
 from cuca.models import load_model
 from cuca.models.layers import Ops
-from cuca.sampling import SamplingParams
+from cuca.speculative.drafters import Drafter
 from cuca.speculative.drafters.prompt_lookup import PromptLookupDrafter
-from cuca.speculative.governor import AlwaysDraft
-from cuca.speculative.proposal import Proposal
-from cuca.speculative.stats import RequestDraftStats
 
-GREEDY = SamplingParams()
 # prompts with repeats so that prompt lookup finds matches, and without
 PROMPTS = [
     [2, 40, 41, 42, 43, 40, 41, 42, 43, 40, 41],
@@ -34,54 +32,17 @@ PROMPTS = [
 ]
 
 
-class ScriptDrafter:
-    """Proposes from a fixed continuation: the target's own future tokens (oracle) or shifted ones (always wrong)."""
-
-    def __init__(self, future: list[int], prompt_len: int, wrong: bool = False):
-        self.future, self.prompt_len, self.wrong = future, prompt_len, wrong
-
-    uses_hidden = False
-
-    def begin(self, prompt: list[int], params: object = None, rng: object = None) -> None:
-        pass
-
-    def observe(self, hidden: object, positions: object, next_tokens: list[int]) -> None:
-        pass
-
-    def propose(self, history: list[int], n: int) -> Proposal:
-        k = len(history) - self.prompt_len
-        toks = self.future[k : k + n]
-        if self.wrong:
-            toks = [(t + 1) % 320 for t in toks]
-        return Proposal(toks, None)
-
-
 @pytest.fixture(scope="module", params=["llama", "gemma3"])
-def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     path: Path = write_tiny(tmp_path_factory.mktemp("m") / f"{request.param}.gguf", arch=request.param)
     return load_model(open_gguf(path), Ops(2))
 
 
-def plain(model, prompt: list[int], max_tokens: int, n_ctx: int = 128, stop=frozenset()):  # type: ignore[no-untyped-def]
-    eng = Engine(model, n_ctx)
-    gen = Generation()
-    toks = list(eng.stream(prompt, max_tokens, GREEDY, stop, gen))
-    return toks, eng, gen
-
-
-def spec(model, prompt, max_tokens, drafter, k, n_ctx=128, stop=frozenset()):  # type: ignore[no-untyped-def]
-    eng = Engine(model, n_ctx)
-    gen = Generation()
-    s = Speculation(drafter, k, AlwaysDraft(), RequestDraftStats())  # type: ignore[arg-type]
-    toks = list(eng.stream(prompt, max_tokens, GREEDY, stop, gen, s))
-    return toks, eng, gen, s.stats
-
-
-def same_cache(a: Engine, b: Engine) -> bool:
-    n = a.cache.n
-    return n == b.cache.n and all(
-        np.array_equal(x[:, :n], y[:, :n]) for x, y in zip(a.cache.k + a.cache.v, b.cache.k + b.cache.v, strict=True)
-    )
+def spec(model: Any, prompt: list[int], max_tokens: int, drafter: Drafter, k: int,
+         n_ctx: int = 128) -> tuple[list[int], Any, Any, Any]:
+    """helpers.spec with a drafter that needs nothing of the engine."""
+    pair: Pair = (model, lambda eng: drafter)
+    return run_spec(pair, prompt, max_tokens, k, n_ctx)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 8])
@@ -102,7 +63,7 @@ def test_max_tokens_edges(model, max_tokens: int) -> None:  # type: ignore[no-un
     prompt = PROMPTS[0]
     want, _, _ = plain(model, prompt, max_tokens)
     future, _, _ = plain(model, prompt, 20)
-    got, _, gen, stats = spec(model, prompt, max_tokens, ScriptDrafter(future[1:], len(prompt) + 1), 3)
+    got, _, gen, stats = spec(model, prompt, max_tokens, Scripted(future[1:], len(prompt) + 1), 3)
     assert got == want and gen.finish_reason == "length"
     assert stats.drafted <= max(0, max_tokens - 1)
 
@@ -116,8 +77,7 @@ def test_context_limit(model) -> None:  # type: ignore[no-untyped-def]
     assert got == want
     prompt = prompt[:16]
     want, _, _ = plain(model, prompt, n_ctx - 16, n_ctx)
-    future, _, _ = plain(model, prompt, n_ctx - 16, n_ctx)
-    got, _, _, _ = spec(model, prompt, n_ctx - 16, ScriptDrafter(future[1:], 17), 6, n_ctx)
+    got, _, _, _ = spec(model, prompt, n_ctx - 16, Scripted(want[1:], 17), 6, n_ctx)
     assert got == want
     with pytest.raises(ContextLengthError):
         spec(model, prompt, n_ctx - 15, PromptLookupDrafter(), 3, n_ctx)
@@ -127,16 +87,11 @@ def test_context_limit(model) -> None:  # type: ignore[no-untyped-def]
 def test_oracle_accepts_everything_and_wrong_drafter_nothing(model, k: int) -> None:  # type: ignore[no-untyped-def]
     prompt = PROMPTS[3]
     want, peng, _ = plain(model, prompt, 30)
-    got, seng, _, stats = spec(model, prompt, 30, ScriptDrafter(want[1:], len(prompt) + 1), k)
+    got, seng, _, stats = spec(model, prompt, 30, Scripted(want[1:], len(prompt) + 1), k)
     assert got == want and same_cache(peng, seng)
     assert stats.drafted > 0 and stats.accepted == stats.drafted
-    rounds, rem = 0, 29  # every round drafts min(k, remaining - 1) and emits drafts + 1
-    while rem > 0:
-        n = min(k, rem - 1)
-        rounds += n > 0
-        rem -= n + 1
-    assert stats.rounds == rounds
-    got, seng, _, stats = spec(model, prompt, 30, ScriptDrafter(want[1:], len(prompt) + 1, wrong=True), k)
+    assert stats.rounds == oracle_rounds(k, 29)
+    got, seng, _, stats = spec(model, prompt, 30, Scripted(want[1:], len(prompt) + 1, wrong=True), k)
     assert got == want and same_cache(peng, seng)
     assert stats.drafted > 0 and stats.accepted == 0
 
@@ -146,16 +101,24 @@ def test_stop_token_inside_accepted_drafts(model) -> None:  # type: ignore[no-un
     future, _, _ = plain(model, prompt, 30)
     stop = frozenset({future[6]})
     want, _, pgen = plain(model, prompt, 30, stop=stop)
-    got, _, sgen, _ = spec(model, prompt, 30, ScriptDrafter(future[1:], len(prompt) + 1), 8, stop=stop)
+    pair: Pair = (model, lambda eng: Scripted(future[1:], len(prompt) + 1))
+    got, _, sgen, _ = run_spec(pair, prompt, 30, 8, stop=stop)
     assert got == want and got[-1] == future[6] and sgen.finish_reason == pgen.finish_reason == "stop"
 
 
+def _committed(d: PromptLookupDrafter, tokens: list[int]) -> PromptLookupDrafter:
+    """`d` after a request whose history is `tokens` (the prompt's first token, then one commit of the rest)."""
+    d.begin(tokens[:1])
+    d.commit(tokens[1:], np.arange(len(tokens) - 1, dtype=np.int32), np.zeros((len(tokens) - 1, 0), np.float32))
+    return d
+
+
 def test_prompt_lookup_proposals() -> None:
-    d = PromptLookupDrafter(max_ngram=3)
-    d.begin([])
-    h = [1, 2, 3, 4, 5, 9, 2, 3]
-    assert d.propose(h, 3).tokens == [4, 5, 9]  # longest match "2 3" -> what followed it
-    h += [7, 1, 2, 3]
-    assert d.propose(h, 2).tokens == [4, 5]  # "1 2 3" occurred once before: what followed it
-    assert d.propose([5, 6], 3).tokens == []  # nothing repeats
-    assert d.propose([5, 6, 5], 3).tokens == [6, 5, 6]  # the period-2 pattern continues
+    d = _committed(PromptLookupDrafter(max_ngram=3), [1, 2, 3, 4, 5, 9, 2, 3])
+    assert d.propose(3).tokens == [4, 5, 9]  # longest match "2 3" -> what followed it
+    d.commit([7, 1, 2, 3], np.arange(7, 11, dtype=np.int32), np.zeros((4, 0), np.float32))
+    assert d.propose(2).tokens == [4, 5]  # "1 2 3" occurred once before: what followed it
+    assert _committed(d, [5, 6]).propose(3).tokens == []  # nothing repeats
+    assert _committed(d, [5, 6, 5]).propose(3).tokens == [6, 5, 6]  # the period-2 pattern continues
+    with pytest.raises(ValueError, match="does not continue"):
+        d.commit([1], np.array([7], np.int32), np.zeros((1, 0), np.float32))  # a gap: drafter and target disagree

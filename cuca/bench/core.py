@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import Generation, Speculation
+from ..engine import Generation
 from ..sampling import SamplingParams
+from ..speculative.decoder import SpeculativeDecoder
 from ..speculative.drafters import Drafter
-from ..speculative.governor import AlwaysDraft, Governor
+from ..speculative.governor import AlwaysDraft, Governor, SpeedGovernor
 from ..speculative.proposal import Proposal
 from ..speculative.stats import RequestDraftStats
 
@@ -128,10 +129,10 @@ class ControlledDrafter:
         if not 0.0 <= probability <= 1.0:
             raise ValueError(f"probability must be in [0, 1], got {probability}")
         self.inner, self.probability = inner, probability
-        self.uses_hidden = inner.uses_hidden
         self.rng = np.random.default_rng(seed)
         self.prompt_len = 0
         self.reference: list[int] = []
+        self.k = 0  # the reference index of the token after the last committed one
 
     def expect(self, prompt_len: int, reference: Sequence[int], seed: int = 0) -> None:
         self.prompt_len, self.reference = prompt_len, list(reference)
@@ -140,12 +141,13 @@ class ControlledDrafter:
     def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None:
         self.inner.begin(prompt, params, rng)
 
-    def observe(self, hidden: np.ndarray, positions: np.ndarray, next_tokens: list[int]) -> None:
-        self.inner.observe(hidden, positions, next_tokens)
+    def commit(self, tokens: list[int], positions: np.ndarray, hidden: np.ndarray) -> None:
+        self.inner.commit(tokens, positions, hidden)
+        self.k = int(positions[-1]) + 2 - self.prompt_len  # the history is now positions[-1] + 2 tokens long
 
-    def propose(self, history: list[int], n: int) -> Proposal:
-        inner = list(self.inner.propose(history, n).tokens)  # the real cost is paid
-        k = len(history) - self.prompt_len  # the reference index of the token that follows history
+    def propose(self, n: int) -> Proposal:
+        inner = list(self.inner.propose(n).tokens)  # the real cost is paid
+        k = self.k
         out: list[int] = []
         for i, tok in enumerate(inner[:n]):  # as many drafts as the inner drafter proposed this round
             if k + i >= len(self.reference):
@@ -186,7 +188,7 @@ class Bench:
     def encode(self, text: str) -> list[int]:
         return self.lm.tokenizer.encode(text)
 
-    def _run(self, ids: list[int], max_tokens: int, spec: Speculation | None) -> Run:
+    def _run(self, ids: list[int], max_tokens: int, spec: SpeculativeDecoder | None) -> Run:
         gen = Generation()
         for _ in self.lm.engine.stream(ids, max_tokens, SamplingParams(), frozenset(), gen, spec):
             pass
@@ -195,16 +197,17 @@ class Bench:
     def plain(self, ids: list[int], max_tokens: int) -> Run:
         return self._run(ids, max_tokens, None)
 
-    def spec(self, ids: list[int], max_tokens: int, governor: Any, draft_tokens: int | None = None,
+    def spec(self, ids: list[int], max_tokens: int, governor: Governor, draft_tokens: int | None = None,
              controlled: float | None = None, reference: Sequence[int] = (), seed: int = 0) -> Run:
         if self.lm.drafter is None:
             raise ValueError("no drafter loaded")
-        drafter: Any = self.lm.drafter
+        drafter: Drafter = self.lm.drafter
         if controlled is not None:
-            drafter = ControlledDrafter(drafter, controlled)
-            drafter.expect(len(ids), reference, seed)
-        spec = Speculation(drafter, draft_tokens or self.draft_tokens, governor, RequestDraftStats(),
-                           getattr(self.lm.model, "rollback_limit", None))
+            controlled_drafter = ControlledDrafter(drafter, controlled)
+            controlled_drafter.expect(len(ids), reference, seed)
+            drafter = controlled_drafter
+        spec = SpeculativeDecoder(self.lm.model, self.lm.engine.cache, drafter, governor,
+                                  draft_tokens or self.draft_tokens)
         return self._run(ids, max_tokens, spec)
 
     def close(self) -> None:
@@ -263,7 +266,7 @@ def run_categories(b: Bench, prompts: dict[str, list[str]], reps: int, max_token
                    controlled: float | None = None, log: Log = _quiet) -> dict[str, Any]:
     """The table: per category, plain and speculative runs interleaved prompt by prompt, `reps` times. One governor
     serves every speculative request (as a LocalModel keeps it across requests)."""
-    governor: Any = Governor() if governed else AlwaysDraft()
+    governor: Governor = SpeedGovernor() if governed else AlwaysDraft()
     plain: dict[str, list[float]] = {c: [] for c in prompts}
     spec: dict[str, list[Run]] = {c: [] for c in prompts}
     exact = True
@@ -286,7 +289,7 @@ def run_categories(b: Bench, prompts: dict[str, list[str]], reps: int, max_token
             "plain_tps_range": spread(ps), "spec_tps_range": spread(ss), "n_runs": len(ps),
             **_draft_summary(spec[cat]),
         }
-    events = governor.events if isinstance(governor, Governor) else []
+    events = governor.events if isinstance(governor, SpeedGovernor) else []
     return {"categories": out, "exact": exact, "governed": governed, "controlled_probability": controlled,
             "governor_events": [[k, i] for k, i in events]}
 
@@ -340,7 +343,7 @@ def run_poor_drafter(b: Bench, prompts: list[str], max_tokens: int, warmup: int 
     side by side. The governor is kept across requests (as in a LocalModel): `warmup` governed requests first (it
     measures, switches drafting off and lengthens its probe interval), then `reps` plain / governed pairs timed."""
     ids = [b.encode(t) for t in prompts]
-    governor = Governor()
+    governor = SpeedGovernor()
     refs = [b.plain(x, max_tokens).tokens for x in ids]
     cold = []
     for w in range(warmup):

@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import GGUFError, ProviderError
 from ..gguf import GGUFFile
 from .batch import SeqRows
-from .cache import KVCache
+from .cache import Cache
 from .config import opt, req  # noqa: F401  (the typed reader, re-exported)
 from .ops import Ops
 
@@ -24,13 +24,13 @@ class Model(Protocol):
     n_vocab: int
     n_ctx_train: int
 
-    def make_cache(self, n_ctx: int) -> KVCache: ...
+    def make_cache(self, n_ctx: int) -> Cache: ...
 
     def forward(
-        self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache, logits: str = "last"
+        self, tokens: np.ndarray, positions: np.ndarray, cache: Cache, logits: str = "last"
     ) -> np.ndarray: ...
 
-    def forward_hidden(self, tokens: np.ndarray, positions: np.ndarray, cache: KVCache) -> np.ndarray:
+    def forward_hidden(self, tokens: np.ndarray, positions: np.ndarray, cache: Cache) -> np.ndarray:
         """Hidden states after the final norm, (M, n_embd): what drafters that read the target consume."""
 
     def head(self, h: np.ndarray) -> np.ndarray:

@@ -1,10 +1,31 @@
-"""Caches are explicit objects passed into `forward`; each says how it rolls back."""
+"""Caches are explicit objects passed into `forward`; each says how far it rolls back."""
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import numpy as np
 
 from ..errors import ContextLengthError
+
+
+class Cache(Protocol):
+    """What the engine and the speculative rounds need of a model's cache: `n` cached positions out of `n_ctx`,
+    `trim(n)` to forget the last n (a rejected draft's rows), at most `max_rollback` of them after one forward
+    batch (None: no limit)."""
+
+    @property
+    def n(self) -> int: ...
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    @property
+    def max_rollback(self) -> int | None: ...
+
+    def trim(self, n: int) -> None: ...
+
+    def reset(self) -> None: ...
 
 
 class KVCache:
@@ -14,7 +35,7 @@ class KVCache:
     positions; rollback is `trim(n)`, which only lowers the counter (rejected rows are overwritten later).
     """
 
-    can_rollback = True
+    max_rollback: int | None = None  # any number of positions: trim only lowers the counter
 
     def __init__(self, n_ctx: int, shapes: list[tuple[int, int, int]]):
         self.n_ctx = n_ctx

@@ -6,7 +6,7 @@ draft head.
 ref: the spec ../shared/specs/qwen35.md (llama.cpp src/models/qwen35.cpp, transformers modeling_qwen3_5.py).
 Norm weights in GGUF already hold (1 + w), except `ssm_norm`; `ssm_a` already holds -exp(A_log).
 
-Rollback: the cache keeps, for the last batch of up to `rollback_limit + 1` tokens, the recurrent state after every
+Rollback: the cache keeps, for the last batch of up to `max_rollback + 1` tokens, the recurrent state after every
 token (the deltanet kernel writes them as it goes) and the raw conv inputs, so `trim(n)` restores the state after
 the last kept token without recomputing anything.
 """
@@ -40,6 +40,7 @@ from .config import (
 from .layers import Attention, AttnSpec, GatedMLP, Linear, Mask, Ops, Rope, linear, output_head, vector
 
 L2_EPS = 1e-6  # the q/k L2 norm of the DeltaNet layers (fixed in the reference, not a GGUF key)
+MAX_ROLLBACK = 16  # drafts per verification call: the cache keeps this many per-token snapshots
 
 
 @dataclass(frozen=True)
@@ -202,12 +203,11 @@ class HybridCache:
 
     `n` counts cached positions. After a forward batch of 2..max_snaps+1 tokens, `trim(n)` restores the
     recurrent states saved after the last kept token and the conv windows rebuilt from that batch's raw inputs;
-    the attention layers just forget positions. Deeper rollbacks raise.
+    the attention layers just forget positions. Deeper rollbacks raise; `max_rollback` says how deep a speculative
+    round may go (its drafts), so that a round never asks for one.
     """
 
-    can_rollback = True
-
-    def __init__(self, n_ctx: int, c: Config, max_snaps: int):
+    def __init__(self, n_ctx: int, c: Config, max_snaps: int = MAX_ROLLBACK):
         self.kv = KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)] * sum(not r for r in c.recurrent))
         n_rec = sum(c.recurrent)
         self.conv = [np.zeros((c.conv - 1, c.conv_dim), np.float32) for _ in range(n_rec)]
@@ -237,6 +237,10 @@ class HybridCache:
 
     def store(self, layer: int, pos0: int, k: np.ndarray, v: np.ndarray) -> None:
         self.kv.store(layer, pos0, k, v)
+
+    @property
+    def max_rollback(self) -> int:
+        return self.max_snaps
 
     def check_room(self, pos0: int, m: int) -> None:
         self.kv.check_room(pos0, m)
@@ -335,7 +339,6 @@ def gdn_chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta
 
 class Model(Decoder):
     arch = "qwen35"
-    rollback_limit = 16  # drafts per verification call: the cache keeps this many per-token snapshots
     chunked_prefill_min = 65  # batches of at least this many tokens (beyond any rollback) use the chunked form
 
     def __init__(self, f: GGUFFile, ops: Ops):
@@ -361,7 +364,7 @@ class Model(Decoder):
 
     # ---- caches ---------------------------------------------------------------------------------------------
     def make_cache(self, n_ctx: int) -> HybridCache:
-        return HybridCache(n_ctx, self.c, self.rollback_limit)
+        return HybridCache(n_ctx, self.c)
 
     def make_mtp_cache(self, n_ctx: int) -> KVCache:
         """The MTP block's own K/V (one layer)."""

@@ -1,9 +1,13 @@
 """Speculative decoding: a drafter proposes tokens, the target verifies them in one pass, and a governor drafts
-only while that is faster than plain decoding."""
+only while that is faster than plain decoding. `SpeculativeDecoder` (decoder.py) runs the rounds."""
 
-from .governor import Governor
+from .decoder import SpeculativeDecoder, round_size
+from .governor import AlwaysDraft, Governor, SpeedGovernor
 from .proposal import Proposal
 from .stats import DraftStats, RequestDraftStats
 from .verify import Verdict, residual, verify, verify_greedy
 
-__all__ = ["DraftStats", "Governor", "Proposal", "RequestDraftStats", "Verdict", "residual", "verify", "verify_greedy"]
+__all__ = [
+    "AlwaysDraft", "DraftStats", "Governor", "Proposal", "RequestDraftStats", "SpeculativeDecoder", "SpeedGovernor",
+    "Verdict", "residual", "round_size", "verify", "verify_greedy",
+]

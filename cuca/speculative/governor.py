@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 ALPHA = 0.1  # weight of the newest round: ~10 rounds of memory, smoothing the 1..n+1 tokens a spec round emits
 WARMUP_ROUNDS = 2
@@ -51,9 +52,25 @@ class MovingAverage:
         self.value, self.count, self._weight = None, 0, 0.0
 
 
-class Governor:
-    """Call `decide(force)` before a round (draft this round?), then `record(drafted, n_tokens, seconds)` after it,
-    or bracket the round with `begin_round(drafting)` / `end_round(n_tokens)` to time it with `clock`."""
+class Governor(Protocol):
+    """What the speculative rounds ask of a governor: `decide(force)` before a round (draft this round?),
+    `record(drafted, n_tokens, seconds)` after it; `events_since(event_count)`, the decisions logged since
+    `event_count` was read (kept in the request's stats)."""
+
+    @property
+    def event_count(self) -> int: ...
+
+    def decide(self, force: bool = False) -> bool: ...
+
+    def record(self, drafted: bool, n_tokens: int, seconds: float) -> None: ...
+
+    def events_since(self, event_count: int) -> list[tuple[str, int]]: ...
+
+
+class SpeedGovernor:
+    """The Governor that drafts only while that is faster (the schedule above). Call `decide(force)` before a
+    round, then `record(drafted, n_tokens, seconds)` after it, or bracket the round with `begin_round(drafting)` /
+    `end_round(n_tokens)` to time it with `clock`."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter):
         self.clock = clock
@@ -169,10 +186,14 @@ class Governor:
 
 
 class AlwaysDraft:
-    """Drafts every round: the raw cost of speculation, for benchmarks and tests (no measuring, no switching off)."""
+    """The Governor that drafts every round: the raw cost of speculation, for benchmarks and tests (no measuring,
+    no switching off, no events)."""
 
     event_count = 0
-    events: list[tuple[str, int]] = []
+
+    @property
+    def events(self) -> list[tuple[str, int]]:
+        return []
 
     def decide(self, force: bool = False) -> bool:
         return True
@@ -180,5 +201,5 @@ class AlwaysDraft:
     def record(self, drafted: bool, n_tokens: int, seconds: float) -> None:
         pass
 
-    def events_since(self, mark: int) -> list[tuple[str, int]]:
+    def events_since(self, event_count: int) -> list[tuple[str, int]]:
         return []

@@ -11,10 +11,13 @@ from ..sampling import is_int
 from ..sources import ModelSource
 from .drafters.prompt_lookup import MAX_NGRAM
 
+KINDS = ("file", "in_trunk", "prompt_lookup")
+
 
 @dataclass(frozen=True)
 class DrafterSource:
-    """`kind` is "file" (a separate drafter GGUF), "in_trunk" (the target's own MTP head) or "prompt_lookup"."""
+    """`kind` is "file" (a separate drafter GGUF at `source`), "in_trunk" (the target's own MTP head) or
+    "prompt_lookup" (n-grams up to `max_ngram`). Checked when built: a ConfigError names what is wrong."""
 
     kind: str
     source: ModelSource | None = None
@@ -22,15 +25,24 @@ class DrafterSource:
 
     IN_TRUNK: ClassVar[DrafterSource]
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(f"drafter kind must be one of {', '.join(map(repr, KINDS))}, got {self.kind!r}")
+        if self.kind == "file" and not isinstance(self.source, ModelSource):
+            raise ConfigError(f"drafter: a drafter file needs a ModelSource, got {self.source!r}")
+        if self.kind != "file" and self.source is not None:
+            raise ConfigError(f"drafter: kind {self.kind!r} reads no file, got source {self.source!r}")
+        if not is_int(self.max_ngram) or not 1 <= self.max_ngram <= MAX_NGRAM:
+            raise ConfigError(f"prompt_lookup max_ngram must be an integer in 1..{MAX_NGRAM}, got {self.max_ngram!r}")
+        object.__setattr__(self, "max_ngram", int(self.max_ngram))  # a numpy integer becomes a plain int
+
     @classmethod
     def file(cls, source: ModelSource | str | os.PathLike[str]) -> DrafterSource:
         return cls("file", ModelSource.parse(source))
 
     @classmethod
     def prompt_lookup(cls, max_ngram: int = 3) -> DrafterSource:
-        if not is_int(max_ngram) or not 1 <= max_ngram <= MAX_NGRAM:
-            raise ConfigError(f"prompt_lookup max_ngram must be an integer in 1..{MAX_NGRAM}, got {max_ngram!r}")
-        return cls("prompt_lookup", max_ngram=int(max_ngram))
+        return cls("prompt_lookup", max_ngram=max_ngram)
 
     @classmethod
     def parse(cls, value: DrafterSource | ModelSource | str | os.PathLike[str]) -> DrafterSource:

@@ -1,13 +1,14 @@
 """Drafters propose tokens; the target verifies them. Each returns a Proposal(tokens, q_draft).
 
-The round loop talks to every drafter through this protocol:
-- `begin(prompt, params, rng)` at the start of a request (the prompt is then in the target's cache);
-- `observe(hidden, positions, next_tokens)` after the prefill and after every verify round, with the target rows
-  just committed (only for drafters with `uses_hidden`): `hidden` (R, n_embd) float32 post-output-norm states at
-  `positions` (R,) int32, and `next_tokens[i]`, the token that follows row i (the bonus token for the last row);
-- `propose(history, n)`: up to n drafts after `history` (prompt + emitted tokens; history[-1] is fed next and is
-  not yet in the target's cache). Drafts are sampled from q_draft with the request's params and rng (arg-max at
-  temperature 0, then q_draft may be None).
+The SpeculativeDecoder talks to every drafter through this protocol:
+- `begin(prompt, params, rng)` at the start of a request, before the prompt goes through the target;
+- `commit(tokens, positions, hidden)` whenever the target commits rows to its cache: the prompt's (in chunks) and,
+  after every verify round, the fed token's and the accepted drafts' rows. `positions` (R,) int32 are the rows'
+  positions, consecutive and continuing the previous commit; `hidden` (R, n_embd) float32 their post-output-norm
+  states; `tokens[i]` is the token that follows row i, at position positions[i] + 1 (for the last row, the token
+  fed next, not yet in the target's cache). Rejected drafts are never committed;
+- `propose(n)`: up to n drafts after the last committed token. Drafts are sampled from q_draft with the request's
+  params and rng (arg-max at temperature 0, then q_draft may be None).
 """
 
 from __future__ import annotations
@@ -21,10 +22,8 @@ from ..proposal import Proposal
 
 
 class Drafter(Protocol):
-    uses_hidden: bool  # True: the loop runs the target through forward_hidden and calls observe()
-
     def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None: ...
 
-    def observe(self, hidden: np.ndarray, positions: np.ndarray, next_tokens: list[int]) -> None: ...
+    def commit(self, tokens: list[int], positions: np.ndarray, hidden: np.ndarray) -> None: ...
 
-    def propose(self, history: list[int], n: int) -> Proposal: ...
+    def propose(self, n: int) -> Proposal: ...

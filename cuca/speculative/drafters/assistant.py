@@ -13,30 +13,31 @@ from ..proposal import Proposal
 
 
 class AssistantDrafter:
-    """Chains `assistant.step` n times from (history[-1], the target's post-norm hidden of the row that produced
-    it, position len(history) - 1); later steps feed the previous draft and the drafter's own next hidden."""
-
-    uses_hidden = True
+    """Chains `assistant.step` n times from (the last committed token, the target's post-norm hidden of the row
+    that produced it, the position that token takes); later steps feed the previous draft and the drafter's own
+    next hidden."""
 
     def __init__(self, assistant: Any, cache: Any):
         self.assistant, self.cache = assistant, cache
         self.params = SamplingParams()
         self.rng: np.random.Generator = np.random.default_rng(0)
-        self.h: np.ndarray | None = None
+        self.h: np.ndarray | None = None  # (1, n_embd) the target's hidden state of the last committed row
+        self.tok, self.pos = -1, -1  # the token that follows it, and that token's position
 
     def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None:
         self.params, self.rng, self.h = params, rng, None
 
-    def observe(self, hidden: np.ndarray, positions: np.ndarray, next_tokens: list[int]) -> None:
+    def commit(self, tokens: list[int], positions: np.ndarray, hidden: np.ndarray) -> None:
         self.h = np.ascontiguousarray(hidden[-1:], np.float32)
+        self.tok, self.pos = int(tokens[-1]), int(positions[-1]) + 1
 
-    def propose(self, history: list[int], n: int) -> Proposal:
-        pos = len(history) - 1
+    def propose(self, n: int) -> Proposal:
         if self.h is None or n < 1:
             return Proposal([], None)
+        pos = self.pos
         if self.cache.n != pos:
             raise RuntimeError(f"drafter out of step: target cache holds {self.cache.n} positions, expected {pos}")
-        tok, h, tokens, qs = history[-1], self.h, [], []
+        tok, h, tokens, qs = self.tok, self.h, [], []
         for _ in range(n):
             logits, h = self.assistant.step(np.array([tok], np.int32), h, pos, self.cache)
             if self.params.greedy:

@@ -2,7 +2,7 @@
 post-norm hidden states.
 
 Pairing (the spec's vLLM convention): the head's K/V slot at position p holds the pair (x_{p+1}, h_p), the token
-that followed position p with the target's hidden state at p. `observe` queues those pairs for the rows the target
+that followed position p with the target's hidden state at p. `commit` queues those pairs for the rows the target
 just committed; before the next draft they go through the head in one batched pass (first trimming what the head
 wrote past them: chained drafts, or rejected rows), and the head's output for the last row ranks the first draft.
 Draft i+1 chains the head's own output for draft i, one position further. Draft steps rank only the first
@@ -26,23 +26,18 @@ DRAFT_VOCAB = 65536
 FLUSH_ROWS = 64
 
 
-def check_in_trunk(model: Any, device: str = "cpu") -> None:
-    """Raise unless `model` can draft with its in-trunk head on `device`: the head runs on the CPU only
-    (ConfigError), and the file must contain one (ProviderError saying the file has no prediction head)."""
-    if device != "cpu":
-        raise ConfigError(f"the in-trunk prediction head runs on the CPU only, not on device {device!r}")
-    if getattr(model, "mtp", None) is None:
-        where = getattr(model, "path", None) or f"this {getattr(model, 'arch', 'model')} file"
-        raise ProviderError(f"{where} has no prediction head (no nextn/MTP block) to draft with")
-
-
 class MTPDrafter:
-    """Drafts with the target's MTP head; owns the head's K/V cache of n_ctx positions."""
+    """Drafts with the target's MTP head; owns the head's K/V cache of n_ctx positions. A target without a head
+    is a ProviderError naming `path` (its file)."""
 
-    uses_hidden = True
-
-    def __init__(self, model: Any, n_ctx: int, device: str = "cpu", draft_vocab: int = DRAFT_VOCAB):
-        check_in_trunk(model, device)
+    def __init__(self, model: Any, n_ctx: int, draft_vocab: int = DRAFT_VOCAB, path: object = ""):
+        if getattr(model, "mtp", None) is None:
+            where = path or getattr(model, "path", None) or f"this {getattr(model, 'arch', 'model')} file"
+            raise ProviderError(
+                f"drafter: {where} has no prediction head (architecture {getattr(model, 'arch', '?')!r}, no "
+                f"nextn/MTP block); the in-trunk drafter needs a file with MTP/nextn tensors, e.g. qwen35 with "
+                f"blk.N.nextn.*"
+            )
         if draft_vocab < 1:
             raise ConfigError(f"draft_vocab must be >= 1, got {draft_vocab!r}")
         self.model = model
@@ -50,22 +45,21 @@ class MTPDrafter:
         self.n_rank = min(draft_vocab, model.n_vocab)
         self.params = SamplingParams()
         self.rng = np.random.default_rng(0)
-        self._h: np.ndarray | None = None  # head output for the last observed row, (1, n_embd)
+        self._h: np.ndarray | None = None  # head output for the last committed row, (1, n_embd)
         self._pos = -1  # that row's position
-        self._next = -1  # the token that follows it (the token fed next)
-        self._pending: list[tuple[np.ndarray, np.ndarray, list[int]]] = []  # observed rows not yet through the head
+        self._pending: list[tuple[np.ndarray, np.ndarray, list[int]]] = []  # committed rows not yet through the head
 
     def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None:
         self.cache.reset()
         self.params, self.rng = params, rng
-        self._h, self._pos, self._next = None, -1, -1
+        self._h, self._pos = None, -1
         self._pending.clear()
 
-    def observe(self, hidden: np.ndarray, positions: np.ndarray, next_tokens: list[int]) -> None:
-        if len(next_tokens) == 0:
+    def commit(self, tokens: list[int], positions: np.ndarray, hidden: np.ndarray) -> None:
+        if len(tokens) == 0:
             return
-        self._pending.append((np.array(hidden, np.float32), np.array(positions, np.int32), list(next_tokens)))
-        self._pos, self._next = int(positions[-1]), int(next_tokens[-1])
+        self._pending.append((np.array(hidden, np.float32), np.array(positions, np.int32), list(tokens)))
+        self._pos = int(positions[-1])
         if sum(len(t) for _, _, t in self._pending) >= FLUSH_ROWS:
             self.flush()
 
@@ -93,10 +87,10 @@ class MTPDrafter:
         q = to_probs(full, self.params)
         return sample(q, float(self.rng.random())), q
 
-    def propose(self, history: list[int], n: int) -> Proposal:
+    def propose(self, n: int) -> Proposal:
         if n > 0:
             self.flush()
-        if n <= 0 or self._h is None or not history or history[-1] != self._next:
+        if n <= 0 or self._h is None:
             return Proposal([], None)
         drafts: list[int] = []
         qs: list[np.ndarray] = []

@@ -13,40 +13,44 @@ MAX_NGRAM = 32  # the index holds (max_ngram - min_ngram + 1) n-grams per positi
 
 
 class PromptLookupDrafter:
-    """Keeps, for every n-gram (n = min_ngram..max_ngram) of the history, the position right after its latest
-    occurrence; the index grows incrementally as the history grows, so a round costs O(max_ngram)."""
+    """Keeps the history (prompt + committed tokens) and, for every n-gram (n = min_ngram..max_ngram) of it, the
+    position right after its latest occurrence; the index grows incrementally as tokens are committed, so a round
+    costs O(max_ngram)."""
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         if not (is_int(min_ngram) and is_int(max_ngram) and 1 <= min_ngram <= max_ngram <= MAX_NGRAM):
             raise ConfigError(f"prompt lookup needs integers 1 <= min_ngram <= max_ngram <= {MAX_NGRAM}, got "
                               f"{min_ngram!r}, {max_ngram!r}")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.history: list[int] = []
         self._index: dict[tuple[int, ...], int] = {}
         self._seen = 0  # history length indexed so far
-
-    uses_hidden = False
 
     def begin(
         self, prompt: list[int], params: SamplingParams | None = None, rng: np.random.Generator | None = None
     ) -> None:
+        self.history = list(prompt[:1])  # commits bring the tokens that follow each row, from position 1 on
         self._index.clear()
         self._seen = 0
 
-    def observe(self, hidden: np.ndarray, positions: np.ndarray, next_tokens: list[int]) -> None:
-        pass
+    def commit(self, tokens: list[int], positions: np.ndarray, hidden: np.ndarray | None = None) -> None:
+        if len(positions) and int(positions[0]) + 1 != len(self.history):
+            raise ValueError(f"commit at position {int(positions[0])} does not continue the {len(self.history)} "
+                             f"tokens held")
+        self.history += tokens
 
-    def _extend(self, history: list[int]) -> None:
+    def _extend(self) -> None:
         # index n-grams that end before the last token, so a lookup never matches the suffix itself
+        history = self.history
         for end in range(max(self._seen, 1), len(history)):
             for n in range(self.min_ngram, self.max_ngram + 1):
                 if end - n >= 0:
                     self._index[tuple(history[end - n : end])] = end
         self._seen = max(self._seen, len(history))
 
-    def propose(self, history: list[int], n: int) -> Proposal:
-        if len(history) < self._seen:  # the caller rewound: rebuild
-            self.begin(history)
-        self._extend(history)
+    def propose(self, n: int) -> Proposal:
+        self._extend()
+        history = self.history
         for k in range(self.max_ngram, self.min_ngram - 1, -1):
             if len(history) < k:
                 continue
