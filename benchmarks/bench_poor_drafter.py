@@ -13,7 +13,7 @@ import argparse
 
 import numpy as np
 
-from cuca.bench import Bench
+from cuca.bench import Bench, Controlled
 from cuca.speculative.governor import SpeedGovernor
 
 PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n"
@@ -32,12 +32,12 @@ def main() -> None:
     ref = b.plain(x, a.tokens).tokens
     governor = SpeedGovernor()
     for w in range(4):
-        b.spec(x, a.tokens, governor, controlled=0.0, reference=ref, seed=w)
+        b.spec(x, a.tokens, governor, control=Controlled(0.0, ref, w))
     mark = governor.event_count
     plain, gov = [], []
     for rep in range(a.reps):
         plain.append(b.plain(x, a.tokens).tps)
-        gov.append(b.spec(x, a.tokens, governor, controlled=0.0, reference=ref, seed=100 + rep).tps)
+        gov.append(b.spec(x, a.tokens, governor, control=Controlled(0.0, ref, 100 + rep)).tps)
     print(f"plain    tok/s {[round(v, 2) for v in plain]}")
     print(f"governed tok/s {[round(v, 2) for v in gov]}")
     print(f"governed / plain (medians): {np.median(gov) / np.median(plain):.3f}; governor events while timed: "

@@ -78,7 +78,7 @@ def test_controlled_acceptance_in_real_rounds(bench: B.Bench, p: float) -> None:
     for i, text in enumerate(B.PROMPTS["prose"]):
         ids = bench.encode(text)
         plain = bench.plain(ids, 64)
-        r = bench.spec(ids, 64, B.AlwaysDraft(), draft_tokens=1, controlled=p, reference=plain.tokens, seed=i)
+        r = bench.spec(ids, 64, B.AlwaysDraft(), draft_tokens=1, control=B.Controlled(p, plain.tokens, i))
         assert r.tokens == plain.tokens
         assert r.stats is not None
         rates.append(r.stats.acceptance_rate())
@@ -93,11 +93,11 @@ def test_controlled_acceptance_in_real_rounds(bench: B.Bench, p: float) -> None:
 
 def test_curve_sweep_and_poor_drafter_structure(bench: B.Bench) -> None:
     prompts = [B.PROMPTS[c][0] for c in B.CATEGORIES]
-    curve = B.run_curve(bench, prompts[:1], [0.0, 1.0], 24)
+    curve = B.run_curve(bench, prompts[:1], [0.0, 1.0], B.Workload(24))
     assert [pt["acceptance_rate"] for pt in curve["points"]] == [0.0, 1.0]
     sweep = B.run_sweep(bench, prompts[:1], [1, 2], 16)
     assert [pt["draft_tokens"] for pt in sweep["points"]] == [1, 2]
-    poor = B.run_poor_drafter(bench, prompts[:1], 48, warmup=1, reps=1)
+    poor = B.run_poor_drafter(bench, prompts[:1], B.Workload(48, reps=1), warmup=1)
     assert poor["accepted"] == 0
     assert {"plain_tps", "governed_tps", "ratio", "passed", "governor_events_timed"} <= set(poor)
     assert all(kind in ("spec_on", "spec_off", "probe", "refresh") for kind, _ in poor["governor_events_all"])

@@ -19,8 +19,8 @@ from cuca.errors import ConfigError, GGUFError, ProviderError  # noqa: E402
 from cuca.gguf import open_gguf  # noqa: E402
 from cuca.kernels import implementations  # noqa: E402
 from cuca.models import load_model  # noqa: E402
+from cuca.models.deltanet_state import L2_EPS, gdn_chunked  # noqa: E402
 from cuca.models.layers import Ops  # noqa: E402
-from cuca.models.qwen35 import L2_EPS, gdn_chunked  # noqa: E402
 from cuca.sampling import SamplingParams  # noqa: E402
 from cuca.speculative import AlwaysDraft, SpeculativeDecoder  # noqa: E402
 from cuca.speculative.drafters.mtp import MTPDrafter  # noqa: E402
@@ -143,7 +143,7 @@ def test_chunked_prefill_matches_per_token(model) -> None:
     model.ops.k.deltanet(q, k, v, g, beta, ref_s, None, ref_o, L2_EPS, 0.25)
     for chunk in (1, 5, 16, 64):
         s, o = s0.copy(), np.empty_like(ref_o)
-        gdn_chunked(q, k, v, g, beta, s, o, 0.25, chunk)
+        gdn_chunked((q, k, v), (g, beta), s, o, 0.25, chunk)
         assert np.abs(o - ref_o).max() < 1e-5 and np.abs(s - ref_s).max() < 1e-5
 
 

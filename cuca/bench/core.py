@@ -160,6 +160,24 @@ class ControlledDrafter:
         return Proposal(out, None)
 
 
+@dataclass(frozen=True)
+class Controlled:
+    """Controlled acceptance for one speculative request: each draft is the target's own next token (from
+    `reference`, its plain greedy continuation) with `probability` (None: the real drafter), drawn with `seed`."""
+
+    probability: float | None = None
+    reference: Sequence[int] = ()
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What each section runs: greedy replies of `max_tokens` tokens, each prompt `reps` times."""
+
+    max_tokens: int
+    reps: int = 1
+
+
 # ---- one loaded pair --------------------------------------------------------------------------------------------
 @dataclass
 class Run:
@@ -198,13 +216,13 @@ class Bench:
         return self._run(ids, max_tokens, None)
 
     def spec(self, ids: list[int], max_tokens: int, governor: Governor, draft_tokens: int | None = None,
-             controlled: float | None = None, reference: Sequence[int] = (), seed: int = 0) -> Run:
+             control: Controlled | None = None) -> Run:
         if self.lm.drafter is None:
             raise ValueError("no drafter loaded")
         drafter: Drafter = self.lm.drafter
-        if controlled is not None:
-            controlled_drafter = ControlledDrafter(drafter, controlled)
-            controlled_drafter.expect(len(ids), reference, seed)
+        if control is not None and control.probability is not None:
+            controlled_drafter = ControlledDrafter(drafter, control.probability)
+            controlled_drafter.expect(len(ids), control.reference, control.seed)
             drafter = controlled_drafter
         spec = SpeculativeDecoder(self.lm.model, self.lm.engine.cache, drafter, governor,
                                   draft_tokens or self.draft_tokens)
@@ -262,10 +280,11 @@ def prompts_for(n_per_category: int) -> dict[str, list[str]]:
     return {c: PROMPTS[c][: max(1, n_per_category)] for c in CATEGORIES}
 
 
-def run_categories(b: Bench, prompts: dict[str, list[str]], reps: int, max_tokens: int, governed: bool = True,
+def run_categories(b: Bench, prompts: dict[str, list[str]], work: Workload, governed: bool = True,
                    controlled: float | None = None, log: Log = _quiet) -> dict[str, Any]:
-    """The table: per category, plain and speculative runs interleaved prompt by prompt, `reps` times. One governor
-    serves every speculative request (as a LocalModel keeps it across requests)."""
+    """The table: per category, plain and speculative runs interleaved prompt by prompt, `work.reps` times. One
+    governor serves every speculative request (as a LocalModel keeps it across requests)."""
+    reps, max_tokens = work.reps, work.max_tokens
     governor: Governor = SpeedGovernor() if governed else AlwaysDraft()
     plain: dict[str, list[float]] = {c: [] for c in prompts}
     spec: dict[str, list[Run]] = {c: [] for c in prompts}
@@ -275,7 +294,7 @@ def run_categories(b: Bench, prompts: dict[str, list[str]], reps: int, max_token
             for i, text in enumerate(texts):
                 ids = b.encode(text)
                 p = b.plain(ids, max_tokens)
-                s = b.spec(ids, max_tokens, governor, controlled=controlled, reference=p.tokens, seed=1000 * rep + i)
+                s = b.spec(ids, max_tokens, governor, control=Controlled(controlled, p.tokens, 1000 * rep + i))
                 exact = exact and p.tokens == s.tokens
                 plain[cat].append(p.tps)
                 spec[cat].append(s)
@@ -305,7 +324,7 @@ def run_sweep(b: Bench, prompts: list[str], values: Sequence[int], max_tokens: i
         refs.append(r.tokens)
     points = []
     for n in values:
-        runs = [b.spec(x, max_tokens, AlwaysDraft(), draft_tokens=n, controlled=controlled, reference=ref, seed=j)
+        runs = [b.spec(x, max_tokens, AlwaysDraft(), draft_tokens=n, control=Controlled(controlled, ref, j))
                 for j, (x, ref) in enumerate(zip(ids, refs, strict=True))]
         tps = [r.tps for r in runs]
         points.append({"draft_tokens": n, "spec_tps": _rnd(median(tps), 2), "spec_tps_range": spread(tps),
@@ -314,10 +333,11 @@ def run_sweep(b: Bench, prompts: list[str], values: Sequence[int], max_tokens: i
     return {"plain_tps": _rnd(median(plain), 2), "controlled_probability": controlled, "points": points}
 
 
-def run_curve(b: Bench, prompts: list[str], levels: Sequence[float], max_tokens: int, reps: int = 1,
-              draft_tokens: int | None = None, log: Log = _quiet) -> dict[str, Any]:
+def run_curve(b: Bench, prompts: list[str], levels: Sequence[float], work: Workload, draft_tokens: int | None = None,
+              log: Log = _quiet) -> dict[str, Any]:
     """Speedup versus acceptance (controlled, drafting every round): per level, plain and speculative runs
     interleaved on the same prompts."""
+    reps, max_tokens = work.reps, work.max_tokens
     ids = [b.encode(t) for t in prompts]
     points = []
     for p in levels:
@@ -326,8 +346,8 @@ def run_curve(b: Bench, prompts: list[str], levels: Sequence[float], max_tokens:
             for j, x in enumerate(ids):
                 r = b.plain(x, max_tokens)
                 plain.append(r.tps)
-                runs.append(b.spec(x, max_tokens, AlwaysDraft(), draft_tokens=draft_tokens, controlled=p,
-                                   reference=r.tokens, seed=100 * rep + j))
+                runs.append(b.spec(x, max_tokens, AlwaysDraft(), draft_tokens=draft_tokens,
+                                   control=Controlled(p, r.tokens, 100 * rep + j)))
         tps = [r.tps for r in runs]
         points.append({"probability": round(p, 4), "plain_tps": _rnd(median(plain), 2),
                        "spec_tps": _rnd(median(tps), 2), "speedup": _rnd(median(tps) / median(plain)),
@@ -337,24 +357,26 @@ def run_curve(b: Bench, prompts: list[str], levels: Sequence[float], max_tokens:
     return {"draft_tokens": draft_tokens or b.draft_tokens, "points": points}
 
 
-def run_poor_drafter(b: Bench, prompts: list[str], max_tokens: int, warmup: int = 4, reps: int = 3,
-                     probability: float = 0.0, log: Log = _quiet) -> dict[str, Any]:
+def run_poor_drafter(b: Bench, prompts: list[str], work: Workload, warmup: int = 4, probability: float = 0.0,
+                     log: Log = _quiet) -> dict[str, Any]:
     """Issue 6 item 3: a drafter whose acceptance is poor (controlled, P near 0), governed, against plain decoding,
     side by side. The governor is kept across requests (as in a LocalModel): `warmup` governed requests first (it
-    measures, switches drafting off and lengthens its probe interval), then `reps` plain / governed pairs timed."""
+    measures, switches drafting off and lengthens its probe interval), then `work.reps` plain / governed pairs
+    timed."""
+    reps, max_tokens = work.reps, work.max_tokens
     ids = [b.encode(t) for t in prompts]
     governor = SpeedGovernor()
     refs = [b.plain(x, max_tokens).tokens for x in ids]
     cold = []
     for w in range(warmup):
         j = w % len(ids)
-        cold.append(b.spec(ids[j], max_tokens, governor, controlled=probability, reference=refs[j], seed=w).tps)
+        cold.append(b.spec(ids[j], max_tokens, governor, control=Controlled(probability, refs[j], w)).tps)
     mark = governor.event_count
     plain, gov, runs = [], [], []
     for rep in range(reps):
         for j, x in enumerate(ids):
             plain.append(b.plain(x, max_tokens).tps)
-            r = b.spec(x, max_tokens, governor, controlled=probability, reference=refs[j], seed=10_000 + rep)
+            r = b.spec(x, max_tokens, governor, control=Controlled(probability, refs[j], 10_000 + rep))
             gov.append(r.tps)
             runs.append(r)
             log(f"  rep {rep + 1} #{j}: plain {plain[-1]:6.2f} tok/s, governed {gov[-1]:6.2f} tok/s")

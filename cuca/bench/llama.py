@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .core import PASS_TOKEN, PROMPTS, Bench, Log, _quiet, _rnd, median, spread
+from .core import PASS_TOKEN, PROMPTS, Bench, Log, Workload, _quiet, _rnd, median, spread
 from .peer import BUILD_SCRIPT, Peer, PeerError, find_peer, spec_type_for
 
 
@@ -58,10 +58,11 @@ def _spec_runs(peer: Peer, b: Bench, stype: str, texts: Sequence[str], n: int, l
     return out
 
 
-def run_llama(b: Bench, prompts: dict[str, list[str]], reps: int, max_tokens: int, ms: Sequence[int],
-              pass_reps: int = 5, log: Log = _quiet) -> dict[str, Any]:
+def run_llama(b: Bench, prompts: dict[str, list[str]], work: Workload, ms: Sequence[int], pass_reps: int = 5,
+              log: Log = _quiet) -> dict[str, Any]:
     """llama.cpp's native build on the same file, interleaved with cuca plain runs: per category plain decode and
     its own speculation on the same pair (where it has a counterpart of the drafter); the cost of M-row passes."""
+    reps, max_tokens = work.reps, work.max_tokens
     peer = find_peer(b.threads)
     if peer is None:
         return {"skipped": f"no native llama.cpp build (run {BUILD_SCRIPT}, or set CUCA_LLAMA_BIN)"}

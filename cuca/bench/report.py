@@ -24,6 +24,7 @@ from .core import (
     PUBLISHED,
     Bench,
     Log,
+    Workload,
     _quiet,
     _rnd,
     median,
@@ -76,7 +77,7 @@ def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
     log(f"== {res['name']}: {b.path.name} ({b.arch}), drafter {b.drafter_name}, threads {b.threads}")
     if b.lm.drafter is not None:
         log("categories")
-        res.update(run_categories(b, prompts, o.reps, o.max_tokens, o.governed, o.controlled, log))
+        res.update(run_categories(b, prompts, Workload(o.max_tokens, o.reps), o.governed, o.controlled, log))
         if o.controlled is not None or o.acceptance:
             res["acceptance_shape"] = ACCEPTANCE_SHAPE
         if o.sweep:
@@ -84,10 +85,11 @@ def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
             res["sweep"] = run_sweep(b, sweep_prompts, o.sweep, o.max_tokens, o.controlled, log)
         if o.acceptance:
             log("acceptance curve")
-            res["curve"] = run_curve(b, sweep_prompts, o.acceptance, o.max_tokens, o.curve_reps, log=log)
+            res["curve"] = run_curve(b, sweep_prompts, o.acceptance, Workload(o.max_tokens, o.curve_reps), log=log)
         if o.poor_drafter:
             log("poorly-accepted drafter, governed vs plain")
-            res["poor_drafter"] = run_poor_drafter(b, sweep_prompts, o.max_tokens, o.poor_warmup, o.poor_reps, log=log)
+            res["poor_drafter"] = run_poor_drafter(b, sweep_prompts, Workload(o.max_tokens, o.poor_reps), o.poor_warmup,
+                                                   log=log)
     else:
         plain = {c: [b.plain(b.encode(t), o.max_tokens).tps for _ in range(o.reps) for t in ts]
                  for c, ts in prompts.items()}
@@ -96,7 +98,7 @@ def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
     if o.llama:
         log("llama.cpp")
         ms = sorted(set(o.pass_sizes) | {1, o.draft_tokens + 1})
-        res["llama"] = run_llama(b, prompts, max(1, o.reps // 2), o.max_tokens, ms, log=log)
+        res["llama"] = run_llama(b, prompts, Workload(o.max_tokens, max(1, o.reps // 2)), ms, log=log)
     _attach_llama(res)
     if o.bandwidth:
         res["bandwidth"] = _bandwidth(res, b.path, b.threads)

@@ -15,6 +15,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,8 @@ def download_hub(
         fresh = not isinstance(cached_before, str)
         verified = False
         if fresh and not is_offline:
-            verified = _fetch_blob_resumably(repo, file, revision, endpoint, cache, ref, sha256, size, progress)
+            hub_file = _HubFile(repo, file, revision, endpoint, cache, ref)
+            verified = _fetch_blob_resumably(hub_file, sha256, size, progress)
         got = hf_hub_download(
             repo,
             file,
@@ -165,10 +167,20 @@ def download_hub(
     return path
 
 
-def _fetch_blob_resumably(
-    repo: str, file: str, revision: str, endpoint: str, cache: Path, ref: str, sha256: str | None,
-    size: int | None, progress: bool,
-) -> bool:
+@dataclass(frozen=True)
+class _HubFile:
+    """Which hub file, and where it goes: repo, file and revision on the hub at `endpoint`, the local hub `cache`,
+    and `ref`, the name errors give it."""
+
+    repo: str
+    file: str
+    revision: str
+    endpoint: str
+    cache: Path
+    ref: str
+
+
+def _fetch_blob_resumably(hub_file: _HubFile, sha256: str | None, size: int | None, progress: bool) -> bool:
     """Download a plain-HTTP hub file into the cache's blob store so that an interrupted run can be resumed:
     the bytes go to `blobs/<etag>.cuca-incomplete`, kept when the transfer breaks off, continued with a Range
     request by the next run, checked, and only then moved to `blobs/<etag>`, where hf_hub_download finds the blob
@@ -178,6 +190,8 @@ def _fetch_blob_resumably(
     from huggingface_hub.file_download import http_get, is_xet_available
     from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
+    h = hub_file
+    repo, file, revision, endpoint, cache, ref = h.repo, h.file, h.revision, h.endpoint, h.cache, h.ref
     url = hf_hub_url(repo, file, revision=revision, endpoint=endpoint)
     try:
         meta = get_hf_file_metadata(url, endpoint=endpoint)

@@ -1,0 +1,162 @@
+"""`deltanet_state`: the recurrent side of the Qwen 3.5 hybrid: `HybridCache` (attention K/V plus the DeltaNet
+layers' conv windows and recurrent states) and `gdn_chunked`, the chunked DeltaNet form for long prefills.
+
+Rollback: the cache keeps, for the last batch of up to `max_rollback + 1` tokens, the recurrent state after every
+token (the deltanet kernel writes them as it goes) and the raw conv inputs, so `trim(n)` restores the state after
+the last kept token without recomputing anything.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .cache import KVCache
+
+if TYPE_CHECKING:
+    from .qwen35 import Config
+
+L2_EPS = 1e-6  # the q/k L2 norm of the DeltaNet layers (fixed in the reference, not a GGUF key)
+MAX_ROLLBACK = 16  # drafts per verification call: the cache keeps this many per-token snapshots
+
+
+class HybridCache:
+    """K/V for the attention layers + conv windows and recurrent states for the DeltaNet layers.
+
+    `n` counts cached positions. After a forward batch of 2..max_snaps+1 tokens, `trim(n)` restores the
+    recurrent states saved after the last kept token and the conv windows rebuilt from that batch's raw inputs;
+    the attention layers just forget positions. Deeper rollbacks raise; `max_rollback` says how deep a speculative
+    round may go (its drafts), so that a round never asks for one.
+    """
+
+    def __init__(self, n_ctx: int, c: Config, max_snaps: int = MAX_ROLLBACK):
+        self.kv = KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)] * sum(not r for r in c.recurrent))
+        n_rec = sum(c.recurrent)
+        self.conv = [np.zeros((c.conv - 1, c.conv_dim), np.float32) for _ in range(n_rec)]
+        self.ssm = [np.zeros((c.v_heads, c.d_state, c.d_state), np.float32) for _ in range(n_rec)]
+        self.max_snaps = max_snaps
+        self._shape = (c.v_heads, c.d_state, c.d_state)
+        self._snaps: list[np.ndarray | None] = [None] * n_rec
+        self._raw: list[np.ndarray | None] = [None] * n_rec  # [conv window before | raw rows] of the last batch
+        self._kept = 0  # tokens of the last batch still cached that a trim may fall back into (0: none)
+        self._snapped = False
+
+    @property
+    def n(self) -> int:
+        return self.kv.n
+
+    @property
+    def n_ctx(self) -> int:
+        return self.kv.n_ctx
+
+    @property
+    def k(self) -> list[np.ndarray]:
+        return self.kv.k
+
+    @property
+    def v(self) -> list[np.ndarray]:
+        return self.kv.v
+
+    def store(self, layer: int, pos0: int, k: np.ndarray, v: np.ndarray) -> None:
+        self.kv.store(layer, pos0, k, v)
+
+    @property
+    def max_rollback(self) -> int:
+        return self.max_snaps
+
+    def check_room(self, pos0: int, m: int) -> None:
+        self.kv.check_room(pos0, m)
+        if pos0 != self.kv.n:
+            raise ValueError(f"a recurrent cache holding {self.kv.n} positions cannot continue at position {pos0}")
+
+    def begin(self, m: int) -> bool:
+        """A batch of m tokens starts: whether to keep per-token snapshots."""
+        self._kept, self._snapped = m, 1 < m <= self.max_snaps + 1
+        return self._snapped
+
+    def snaps(self, li: int) -> np.ndarray | None:
+        if not self._snapped:
+            return None
+        s = self._snaps[li]
+        if s is None:
+            s = self._snaps[li] = _aligned((self.max_snaps, *self._shape))
+        return s
+
+    def keep_raw(self, li: int, x: np.ndarray) -> None:
+        self._raw[li] = x
+
+    def advance(self, pos_end: int) -> None:
+        self.kv.advance(pos_end)
+
+    def trim(self, n: int) -> None:
+        """Forget the last n positions (at most the last batch minus its first token)."""
+        if n == 0:
+            return
+        if not self._snapped or not 0 < n < self._kept:
+            raise ValueError(f"cannot roll the recurrent state back by {n} positions (the last batch left "
+                             f"{self._kept} positions{'' if self._snapped else ' without snapshots'})")
+        keep = self._kept - n
+        for li, st in enumerate(self.ssm):
+            snaps, raw = self._snaps[li], self._raw[li]
+            assert snaps is not None and raw is not None
+            st[...] = snaps[keep - 1]
+            self.conv[li][...] = raw[keep : keep + self.conv[li].shape[0]]
+        self.kv.trim(n)
+        self._kept = keep
+
+    def reset(self) -> None:
+        self.kv.reset()
+        for a in (*self.conv, *self.ssm):
+            a.fill(0.0)
+        self._kept, self._snapped = 0, False
+
+    @property
+    def nbytes(self) -> int:
+        extra = sum(a.nbytes for a in (*self.conv, *self.ssm))
+        return self.kv.nbytes + extra + sum(s.nbytes for s in self._snaps if s is not None)
+
+
+def _aligned(shape: tuple[int, ...], align: int = 64) -> np.ndarray:
+    """An uninitialised float32 array whose data starts on an `align`-byte boundary (the deltanet kernel streams
+    snapshots with non-temporal stores when it can)."""
+    n = int(np.prod(shape))
+    raw = np.empty(n + align // 4, np.float32)
+    off = (-raw.ctypes.data % align) // 4
+    return raw[off : off + n].reshape(shape)
+
+
+def gdn_chunked(qkv: tuple[np.ndarray, np.ndarray, np.ndarray], gates: tuple[np.ndarray, np.ndarray],
+                state: np.ndarray, out: np.ndarray, scale: float, chunk: int = 64) -> None:
+    """The chunked (parallel) form of the deltanet kernel, in float64 numpy (for long prefills): the same arguments
+    grouped as `ops.deltanet` groups them (q, k, v), (g, beta), the same results up to rounding, but only the final
+    state (no snapshots)."""
+    (q, k, v), (g, beta) = qkv, gates
+    f8 = np.float64
+    q64, k64 = q.astype(f8), k.astype(f8)
+    q64 = q64 / np.sqrt(np.sum(q64 * q64, -1, keepdims=True) + L2_EPS) * scale
+    k64 = k64 / np.sqrt(np.sum(k64 * k64, -1, keepdims=True) + L2_EPS)
+    s = state.astype(f8)
+    T = q.shape[0]
+    for c0 in range(0, T, chunk):
+        sl = slice(c0, min(T, c0 + chunk))
+        qc, kc, vc = (a[sl].transpose(1, 0, 2) for a in (q64, k64, v.astype(f8)))  # (H, n, d)
+        gc, bc = g[sl].astype(f8).T, beta[sl].astype(f8).T  # (H, n)
+        n = qc.shape[1]
+        cg = np.cumsum(gc, axis=1)
+        diff = cg[:, :, None] - cg[:, None, :]
+        lower = np.tril(np.ones((n, n), bool))
+        gam = np.where(lower, np.exp(np.where(lower, diff, 0.0)), 0.0)
+        kk = np.einsum("hid,hjd->hij", kc, kc)
+        a = np.tril(bc[:, :, None] * kk * gam, -1)
+        lmat = a + np.eye(n)
+        eg = np.exp(cg)[:, :, None]
+        u = np.linalg.solve(lmat, bc[:, :, None] * vc)
+        w = np.linalg.solve(lmat, bc[:, :, None] * kc * eg)
+        vp = u - w @ s
+        qk = np.einsum("hid,hjd->hij", qc, kc) * gam
+        o = (qc * eg) @ s + qk @ vp
+        out[sl] = o.transpose(1, 0, 2)
+        last = cg[:, -1]
+        s = np.exp(last)[:, None, None] * s + (kc * np.exp(last[:, None] - cg)[:, :, None]).transpose(0, 2, 1) @ vp
+    state[...] = s
