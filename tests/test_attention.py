@@ -23,7 +23,9 @@ def impl(request):
 needs_c = pytest.mark.skipif("c" not in IMPLS, reason="C extension not built")
 
 
-def _cache(rng, n_kv_head, n_ctx, hd_k, hd_v, n_kv, dtype=np.float32):
+def _cache(rng, shape, n_kv, dtype=np.float32):
+    """Random K/V caches of shape (n_kv_head, n_ctx, hd_k, hd_v), NaN past n_kv."""
+    n_kv_head, n_ctx, hd_k, hd_v = shape
     k = rng.standard_normal((n_kv_head, n_ctx, hd_k), dtype=np.float32).astype(dtype)
     v = rng.standard_normal((n_kv_head, n_ctx, hd_v), dtype=np.float32).astype(dtype)
     # positions past n_kv hold garbage that must never be read
@@ -32,7 +34,9 @@ def _cache(rng, n_kv_head, n_ctx, hd_k, hd_v, n_kv, dtype=np.float32):
     return k, v
 
 
-def _run(mod, q, k, v, pos, n_kv, window, scale, softcap, n_threads=0):
+def _run(mod, q, kv, pos, attn, n_threads=0):
+    """One attention call; kv = (k, v), attn = (n_kv, window, scale, softcap)."""
+    (k, v), (n_kv, window, scale, softcap) = kv, attn
     out = np.full((q.shape[0], q.shape[1], v.shape[2]), np.nan, dtype=np.float32)
     mod.attention(
         q, k, v, np.ascontiguousarray(pos, dtype=np.int32), n_kv, window, scale, softcap, out, n_threads
@@ -61,15 +65,15 @@ def test_matches_reference(case, dtype):
     M, H, Hkv, D, Dv, n_ctx, n_kv, window, softcap = case
     rng = np.random.default_rng(hash(case) % 2**32)
     q = rng.standard_normal((M, H, D), dtype=np.float32)
-    k, v = _cache(rng, Hkv, n_ctx, D, Dv, n_kv, dtype)
+    k, v = _cache(rng, (Hkv, n_ctx, D, Dv), n_kv, dtype)
     # the last positions (decode / verify) plus a few arbitrary ones, one past n_kv (clamped)
     pos = np.arange(n_kv - M, n_kv, dtype=np.int32)
     pos[0] = min(pos[0], rng.integers(0, n_kv))
     if M > 2:
         pos[1] = n_kv + 5
     scale = 1.0 / np.sqrt(D)
-    ref = _run(_ref_ops, q, k, v, pos, n_kv, window, scale, softcap)
-    got = _run(IMPLS["c"], q, k, v, pos, n_kv, window, scale, softcap)
+    ref = _run(_ref_ops, q, (k, v), pos, (n_kv, window, scale, softcap))
+    got = _run(IMPLS["c"], q, (k, v), pos, (n_kv, window, scale, softcap))
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-6)
 
@@ -80,11 +84,11 @@ def test_sharp_softmax_and_large_scores():
     rng = np.random.default_rng(1)
     M, H, Hkv, D, n_ctx = 3, 4, 2, 64, 1500
     q = rng.standard_normal((M, H, D), dtype=np.float32) * 8
-    k, v = _cache(rng, Hkv, n_ctx, D, D, n_ctx)
+    k, v = _cache(rng, (Hkv, n_ctx, D, D), n_ctx)
     pos = np.array([1499, 700, 3], dtype=np.int32)
     for scale in (0.125, 3.0):
-        ref = _run(_ref_ops, q, k, v, pos, n_ctx, 0, scale, 0.0)
-        got = _run(IMPLS["c"], q, k, v, pos, n_ctx, 0, scale, 0.0)
+        ref = _run(_ref_ops, q, (k, v), pos, (n_ctx, 0, scale, 0.0))
+        got = _run(IMPLS["c"], q, (k, v), pos, (n_ctx, 0, scale, 0.0))
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
 
 
@@ -92,24 +96,24 @@ def test_window_one_and_first_position(impl):
     # window 1: each row sees only its own key, so out = v[pos]; position 0 sees only key 0 too
     rng = np.random.default_rng(2)
     q = rng.standard_normal((3, 4, 32), dtype=np.float32)
-    k, v = _cache(rng, 2, 40, 32, 16, 30)
+    k, v = _cache(rng, (2, 40, 32, 16), 30)
     pos = np.array([5, 0, 29], dtype=np.int32)
-    out = _run(impl, q, k, v, pos, 30, 1, 0.2, 0.0)
+    out = _run(impl, q, (k, v), pos, (30, 1, 0.2, 0.0))
     for i, p in enumerate(pos):
         for h in range(4):
             np.testing.assert_allclose(out[i, h], v[h // 2, p], rtol=1e-6, atol=1e-7)
-    out = _run(impl, q, k, v, pos, 30, 0, 0.2, 0.0)
+    out = _run(impl, q, (k, v), pos, (30, 0, 0.2, 0.0))
     np.testing.assert_allclose(out[1, 0], v[0, 0], rtol=1e-6, atol=1e-7)
 
 
 def test_no_visible_key_gives_zeros(impl):
     rng = np.random.default_rng(3)
     q = rng.standard_normal((3, 2, 16), dtype=np.float32)
-    k, v = _cache(rng, 1, 20, 16, 16, 10)
-    out = _run(impl, q, k, v, [-1, -5, 4], 10, 0, 0.25, 0.0)
+    k, v = _cache(rng, (1, 20, 16, 16), 10)
+    out = _run(impl, q, (k, v), [-1, -5, 4], (10, 0, 0.25, 0.0))
     assert np.array_equal(out[:2], np.zeros_like(out[:2]))
     assert np.isfinite(out[2]).all() and np.abs(out[2]).sum() > 0
-    out = _run(impl, q, k, v, [3, 4, 5], 0, 0, 0.25, 0.0)  # empty cache
+    out = _run(impl, q, (k, v), [3, 4, 5], (0, 0, 0.25, 0.0))  # empty cache
     assert np.array_equal(out, np.zeros_like(out))
     empty = np.zeros((0, 2, 16), np.float32)
     impl.attention(empty, k, v, np.zeros(0, np.int32), 10, 0, 0.25, 0.0, empty.copy())
@@ -126,7 +130,7 @@ def test_strided_views(impl):
     pos = np.array([60, 61, 62, 63], dtype=np.int32)
     out = np.empty((M, H, D), np.float32)
     impl.attention(q, big_k[1, :, :64], big_v[1, :, :64], pos, 64, 0, 0.3, 0.0, out)
-    ref = _run(_ref_ops, np.ascontiguousarray(q), big_k[1].copy(), big_v[1].copy(), pos, 64, 0, 0.3, 0.0)
+    ref = _run(_ref_ops, np.ascontiguousarray(q), (big_k[1].copy(), big_v[1].copy()), pos, (64, 0, 0.3, 0.0))
     np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-6)
     out_big = np.zeros((M, H + 2, D), np.float32)
     impl.attention(q, big_k[1], big_v[1], pos, 64, 0, 0.3, 0.0, out_big[:, 1 : H + 1])
@@ -154,7 +158,7 @@ def test_batch_invariance(case):
     rng = np.random.default_rng(int(sum(case[:-1])))
     n_rows = 40
     q = rng.standard_normal((n_rows, H, D), dtype=np.float32)
-    k, v = _cache(rng, Hkv, n_ctx, D, Dv, n_kv, dtype)
+    k, v = _cache(rng, (Hkv, n_ctx, D, Dv), n_kv, dtype)
     # decode/verify-like positions near the end, spread positions and a few small ones
     pos = np.concatenate([np.arange(n_kv - 20, n_kv), rng.integers(0, n_kv, 17), [0, 1, n_kv + 3]]).astype(
         np.int32
@@ -162,17 +166,17 @@ def test_batch_invariance(case):
     scale = D**-0.5
     single = np.stack(
         [
-            _run(c, q[i : i + 1], k, v, pos[i : i + 1], n_kv, window, scale, softcap, 1)[0]
+            _run(c, q[i : i + 1], (k, v), pos[i : i + 1], (n_kv, window, scale, softcap), 1)[0]
             for i in range(n_rows)
         ]
     )
     for nt in (1, 2, 3):
-        got = _run(c, q, k, v, pos, n_kv, window, scale, softcap, nt)
+        got = _run(c, q, (k, v), pos, (n_kv, window, scale, softcap), nt)
         assert np.array_equal(got, single), f"full batch, n_threads={nt}"
     for nt in (2, 4):
         got = np.stack(
             [
-                _run(c, q[i : i + 1], k, v, pos[i : i + 1], n_kv, window, scale, softcap, nt)[0]
+                _run(c, q[i : i + 1], (k, v), pos[i : i + 1], (n_kv, window, scale, softcap), nt)[0]
                 for i in range(8)
             ]
         )
@@ -180,7 +184,7 @@ def test_batch_invariance(case):
     for m in (2, 3, 4, 5, 16, 32):
         idx = rng.permutation(n_rows)[:m]
         for nt in (1, 2):
-            got = _run(c, q[idx], k, v, pos[idx], n_kv, window, scale, softcap, nt)
+            got = _run(c, q[idx], (k, v), pos[idx], (n_kv, window, scale, softcap), nt)
             assert np.array_equal(got, single[idx]), f"M={m}, n_threads={nt}"
 
 
@@ -191,14 +195,14 @@ def test_prefill_rows_match_single_rows():
     rng = np.random.default_rng(5)
     M, H, Hkv, D = 700, 4, 1, 64
     q = rng.standard_normal((M, H, D), dtype=np.float32)
-    k, v = _cache(rng, Hkv, 800, D, D, M)
+    k, v = _cache(rng, (Hkv, 800, D, D), M)
     pos = np.arange(M, dtype=np.int32)
     for window in (0, 100):
-        full = _run(c, q, k, v, pos, M, window, 0.125, 0.0, 2)
+        full = _run(c, q, (k, v), pos, (M, window, 0.125, 0.0), 2)
         for i in (0, 1, 15, 16, 17, 127, 128, 129, 511, 512, 513, 699):
-            one = _run(c, q[i : i + 1], k, v, pos[i : i + 1], M, window, 0.125, 0.0, 1)
+            one = _run(c, q[i : i + 1], (k, v), pos[i : i + 1], (M, window, 0.125, 0.0), 1)
             assert np.array_equal(full[i], one[0]), f"row {i}, window {window}"
-        ref = _run(_ref_ops, q[::50], k, v, pos[::50], M, window, 0.125, 0.0)
+        ref = _run(_ref_ops, q[::50], (k, v), pos[::50], (M, window, 0.125, 0.0))
         np.testing.assert_allclose(full[::50], ref, rtol=2e-5, atol=2e-6)
 
 

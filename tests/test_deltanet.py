@@ -35,7 +35,9 @@ def _inputs(T: int, H: int = 3, dk: int = 16, dv: int = 8, seed: int = 0):
     return q, k, v, g, beta, s0
 
 
-def _run(mod, q, k, v, g, beta, s0, snaps: bool = False, n_threads: int = 0):
+def _run(mod, inputs, snaps: bool = False, n_threads: int = 0):
+    """One deltanet call on inputs = (q, k, v, g, beta, s0), s0 left untouched."""
+    q, k, v, g, beta, s0 = inputs
     T, H, dk = q.shape
     dv = v.shape[2]
     st = s0.copy()
@@ -69,7 +71,7 @@ def test_matches_the_recurrence(impl, T: int, dv: int) -> None:
     q, k, v, g, beta, s0 = _inputs(T, dv=dv)
     want_o, want_s = _by_hand(q, k, v, g, beta, s0)
     assert want_o.shape == (T, 3, dv)
-    out, st, sn = _run(impl, q, k, v, g, beta, s0, True)
+    out, st, sn = _run(impl, (q, k, v, g, beta, s0), True)
     assert np.allclose(out, want_o, rtol=1e-5, atol=1e-5)
     assert np.allclose(st, want_s[-1], rtol=1e-5, atol=1e-5)
     for t in range(T - 1):
@@ -84,7 +86,7 @@ def test_batch_and_threads_invariance(n_threads: int) -> None:
     c = IMPLS["c"]
     T = 6
     q, k, v, g, beta, s0 = _inputs(T, H=5, dk=32, dv=136, seed=1)
-    out, st, sn = _run(c, q, k, v, g, beta, s0, True, n_threads)
+    out, st, sn = _run(c, (q, k, v, g, beta, s0), True, n_threads)
     # token by token, one call each, no snapshots, one thread
     s = s0.copy()
     for t in range(T):
@@ -93,7 +95,7 @@ def test_batch_and_threads_invariance(n_threads: int) -> None:
         assert np.array_equal(o[0], out[t])
         assert np.array_equal(s, sn[t] if t < T - 1 else st)
     # a batch without snapshots gives the same bits too
-    out2, st2, _ = _run(c, q, k, v, g, beta, s0, False, n_threads)
+    out2, st2, _ = _run(c, (q, k, v, g, beta, s0), False, n_threads)
     assert np.array_equal(out2, out) and np.array_equal(st2, st)
 
 
@@ -129,5 +131,5 @@ def test_snapshot_alignment(offset: int) -> None:
     sn = raw[base : base + n].reshape(4, 2, 16, 128)
     st, out = s0.copy(), np.empty((5, 2, 128), np.float32)
     c.deltanet(q, k, v, g, beta, st, sn, out, 1e-6, 0.25, 1)
-    want_out, want_st, want_sn = _run(c, q, k, v, g, beta, s0, True, 1)
+    want_out, want_st, want_sn = _run(c, (q, k, v, g, beta, s0), True, 1)
     assert np.array_equal(sn, want_sn) and np.array_equal(st, want_st) and np.array_equal(out, want_out)

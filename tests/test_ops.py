@@ -93,8 +93,10 @@ def test_add_rms_norm(impl):
 
 
 # ------------------------------------------------------------------------------------------ rope
-def _rope64(x, pos, n_rot, base, neox, ff, fscale):
-    """rope in float64 with exact angles (independent of the float32 angle recurrence)."""
+def _rope64(x, pos, n_rot, base, neox, freq):
+    """rope in float64 with exact angles (independent of the float32 angle recurrence); freq = (freq_factors or
+    None, freq_scale)."""
+    ff, fscale = freq
     y = x.astype(np.float64).copy()
     half = n_rot // 2
     inv = base ** (-2.0 * np.arange(half) / n_rot)
@@ -135,7 +137,7 @@ def test_rope(impl, case):
     impl.rope(y, pos, n_rot, base, neox, ff, fscale)
     assert np.array_equal(y[:, :, n_rot:], x[:, :, n_rot:])  # unrotated dims untouched
     # small positions: the float32 angle recurrence is within ~1e-5 rad of the exact angle
-    np.testing.assert_allclose(y, _rope64(x, pos, n_rot, base, neox, ff, fscale), rtol=0, atol=2e-5)
+    np.testing.assert_allclose(y, _rope64(x, pos, n_rot, base, neox, (ff, fscale)), rtol=0, atol=2e-5)
 
 
 @needs_c
