@@ -154,10 +154,11 @@ def write_format_model(path: Path, fmt: str) -> Path:
     return path
 
 
-def pass_costs(folder: Path, formats: list[str], threads: int, reps: int = 3, ms: list[int] | None = None,
+def pass_costs(folder: Path, formats: list[str], threads: int, plan: tuple[int, list[int] | None] = (3, None),
                llama: bool = True, log=print) -> dict[str, dict]:  # type: ignore[no-untyped-def]
     """Per format: M-row pass times (ms, best of reps) for cuca (logits for every row) and llama.cpp's native build
-    (llama-bench pp M, same run), and their cost relative to M = 1."""
+    (llama-bench pp M, same run), and their cost relative to M = 1. plan = (reps, the M values or None: PASS_MS)."""
+    reps, ms = plan
     from cuca.bench import PeerError, find_peer
     from cuca.engine import Engine
     from cuca.gguf import open_gguf
@@ -215,7 +216,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.passes is not None:
         print(f"M-row pass cost relative to M=1, M = 1..17, threads={args.threads or 'all'}")
-        res = pass_costs(args.passes, args.formats, args.threads or (os.cpu_count() or 1), args.pass_reps,
+        res = pass_costs(args.passes, args.formats, args.threads or (os.cpu_count() or 1), (args.pass_reps, None),
                          llama=not args.no_llama)
         if args.json:
             Path(args.json).write_text(json.dumps(res, indent=1))

@@ -248,8 +248,8 @@ def main() -> None:
         from bench_kernels import pass_costs
 
         fmts = ["Q4_0", "Q8_0"] if a.quick else KERNEL_FORMATS
-        kern = pass_costs(a.folder / "kernels", fmts, a.threads, 1 if a.quick else 3,
-                          ms=[1, 2, 4, 17] if a.quick else None, llama=not a.no_llama, log=log)
+        kern = pass_costs(a.folder / "kernels", fmts, a.threads, (1, [1, 2, 4, 17]) if a.quick else (3, None),
+                          llama=not a.no_llama, log=log)
         md += kernel_table(kern) + [""]
     md = md[:4] + summary(results) + [""] + md[4:]
     total = time.perf_counter() - t0

@@ -139,9 +139,11 @@ def forward(f: GGUFFile, tokens: list[int], trap: str = "", return_kv: bool = Fa
     return (logits, kv, hn) if return_kv else logits
 
 
-def draft_steps(d: GGUFFile, target: GGUFFile, kv: dict, h: np.ndarray, token: int, pos: int, n: int,
+def draft_steps(d: GGUFFile, target: GGUFFile, kv: dict, start: tuple[np.ndarray, int, int], n: int,
                 trap: str = "") -> tuple[list[np.ndarray], list[int]]:  # type: ignore[type-arg]
-    """n chained drafter steps at the constant position `pos` over the target K/V of positions 0..pos-1."""
+    """n chained drafter steps from start = (hidden h, token, pos), at the constant position `pos`, over the target
+    K/V of positions 0..pos-1."""
+    h, token, pos = start
     a, ta = d.architecture, target.architecture
     n_layer, n_head = int(d.get(f"{a}.block_count")), int(d.get(f"{a}.attention.head_count"))
     swa = list(d.get(f"{a}.attention.sliding_window_pattern"))

@@ -140,7 +140,7 @@ def test_each_trap_changes_the_logits(ref_files: dict[str, GGUFFile], trap: str)
 
 def test_spec_drafter_reference_matches_transformers(ref_files: dict[str, GGUFFile]) -> None:
     _, kv, hn = ref.forward(ref_files["target"], TOKENS[:DRAFT_AT], return_kv=True)
-    out, toks = ref.draft_steps(ref_files["drafter"], ref_files["target"], kv, hn[-1], TOKENS[DRAFT_AT], DRAFT_AT, 3)
+    out, toks = ref.draft_steps(ref_files["drafter"], ref_files["target"], kv, (hn[-1], TOKENS[DRAFT_AT], DRAFT_AT), 3)
     assert rel_err(np.stack(out), HF["draft_logits"]) < 1e-4
     assert toks == [int(t) for t in HF["draft_tokens"]]
 
@@ -148,7 +148,7 @@ def test_spec_drafter_reference_matches_transformers(ref_files: dict[str, GGUFFi
 @pytest.mark.parametrize("trap", ref.DRAFT_TRAPS)
 def test_each_drafter_trap_changes_the_drafts(ref_files: dict[str, GGUFFile], trap: str) -> None:
     _, kv, hn = ref.forward(ref_files["target"], TOKENS[:DRAFT_AT], return_kv=True)
-    out, _ = ref.draft_steps(ref_files["drafter"], ref_files["target"], kv, hn[-1], TOKENS[DRAFT_AT], DRAFT_AT, 3,
+    out, _ = ref.draft_steps(ref_files["drafter"], ref_files["target"], kv, (hn[-1], TOKENS[DRAFT_AT], DRAFT_AT), 3,
                              trap)
     assert rel_err(np.stack(out), HF["draft_logits"]) > 1e-2
 

@@ -58,35 +58,35 @@ def load(p: Path) -> Any:
 
 # defect 5: each was a ValueError/TypeError/OverflowError/ZeroDivisionError at load on main, or loaded and failed in
 # a kernel at the first request
-@pytest.mark.parametrize("arch, key, vtype, value, match", [
-    ("llama", "embedding_length", STR, b"abc", "must be an integer"),
-    ("llama", "block_count", ARR, (U32, [2, 2]), "must be an integer"),
-    ("llama", "attention.head_count", U32, 0, "must be >= 1"),
-    ("llama", "context_length", F64, 1e300, "must be an integer"),
-    ("llama", "feed_forward_length", BOOL, True, "must be an integer"),
-    ("llama", "rope.freq_base", F32, NAN, "finite"),
-    ("llama", "rope.freq_base", F32, -1.0, ">="),
-    ("llama", "rope.freq_base", F64, 1e300, "<="),
-    ("llama", "rope.dimension_count", U32, 7, "even"),
-    ("llama", "rope.dimension_count", U32, 64, "<= 32"),
-    ("llama", "attention.layer_norm_rms_epsilon", F32, NAN, "finite"),
-    ("llama", "attention.layer_norm_rms_epsilon", F32, 0.0, ">="),
-    ("llama", "attention.layer_norm_rms_epsilon", STR, b"1e-6", "must be a number"),
-    ("llama", "rope.scaling.factor", F32, INF, "finite"),
-    ("gemma3", "attention.key_length", U32, 0, "must be >= 1"),
-    ("gemma3", "attention.sliding_window", U32, 2**32 - 1, "<="),
-    ("gemma3", "final_logit_softcapping", F32, -1.0, ">="),
-    ("gemma4", "attention.head_count", ARR, (STR, [b"x"] * 4), "entries|must be an integer"),
-    ("gemma4", "attention.sliding_window_pattern", U32, 5, "must be an array"),
-    ("gemma4", "attention.shared_kv_layers", U32, 2**31, "<="),
-    ("qwen35", "full_attention_interval", U32, 0, "must be >= 1"),
-    ("qwen35", "attention.key_length", U32, 0, "must be >= 1"),
-    ("qwen35", "ssm.conv_kernel", I32, -3, ">= 1"),
+@pytest.mark.parametrize("arch, key, typed, match", [
+    ("llama", "embedding_length", (STR, b"abc"), "must be an integer"),
+    ("llama", "block_count", (ARR, (U32, [2, 2])), "must be an integer"),
+    ("llama", "attention.head_count", (U32, 0), "must be >= 1"),
+    ("llama", "context_length", (F64, 1e300), "must be an integer"),
+    ("llama", "feed_forward_length", (BOOL, True), "must be an integer"),
+    ("llama", "rope.freq_base", (F32, NAN), "finite"),
+    ("llama", "rope.freq_base", (F32, -1.0), ">="),
+    ("llama", "rope.freq_base", (F64, 1e300), "<="),
+    ("llama", "rope.dimension_count", (U32, 7), "even"),
+    ("llama", "rope.dimension_count", (U32, 64), "<= 32"),
+    ("llama", "attention.layer_norm_rms_epsilon", (F32, NAN), "finite"),
+    ("llama", "attention.layer_norm_rms_epsilon", (F32, 0.0), ">="),
+    ("llama", "attention.layer_norm_rms_epsilon", (STR, b"1e-6"), "must be a number"),
+    ("llama", "rope.scaling.factor", (F32, INF), "finite"),
+    ("gemma3", "attention.key_length", (U32, 0), "must be >= 1"),
+    ("gemma3", "attention.sliding_window", (U32, 2**32 - 1), "<="),
+    ("gemma3", "final_logit_softcapping", (F32, -1.0), ">="),
+    ("gemma4", "attention.head_count", (ARR, (STR, [b"x"] * 4)), "entries|must be an integer"),
+    ("gemma4", "attention.sliding_window_pattern", (U32, 5), "must be an array"),
+    ("gemma4", "attention.shared_kv_layers", (U32, 2**31), "<="),
+    ("qwen35", "full_attention_interval", (U32, 0), "must be >= 1"),
+    ("qwen35", "attention.key_length", (U32, 0), "must be >= 1"),
+    ("qwen35", "ssm.conv_kernel", (I32, -3), ">= 1"),
 ])
 def test_hostile_hyperparameters_are_gguf_errors_at_load(
-    tmp_path: Path, seeds: dict[str, bytes], arch: str, key: str, vtype: int, value: Any, match: str
+    tmp_path: Path, seeds: dict[str, bytes], arch: str, key: str, typed: tuple[int, Any], match: str
 ) -> None:
-    p = edited(tmp_path, seeds[arch], with_kv(f"{arch}.{key}", vtype, value))
+    p = edited(tmp_path, seeds[arch], with_kv(f"{arch}.{key}", *typed))  # typed: (GGUF value type, value)
     with pytest.raises(GGUFError, match=match) as e:
         load(p)
     assert str(p) in str(e.value) and key in str(e.value)
