@@ -53,7 +53,7 @@ def copy_model(tmp_path_factory: pytest.TempPathFactory):
     t[p + "nextn.eh_proj.weight"] = np.concatenate([np.eye(s.n_embd), np.zeros((s.n_embd, s.n_embd))], 1)
     t[p + "attn_output.weight"] = np.zeros_like(t[p + "attn_output.weight"])
     t[p + "ffn_down.weight"] = np.zeros_like(t[p + "ffn_down.weight"])
-    path = S.write(tmp_path_factory.mktemp("q") / "qwen35-copy.gguf", s, tensors=t)
+    path = S.write(tmp_path_factory.mktemp("q") / "qwen35-copy.gguf", s, edits=S.Edits(tensors=t))
     return load_model(open_gguf(path), Ops(1))
 
 
@@ -277,13 +277,13 @@ def test_in_trunk_errors(tmp_path: Path, model) -> None:
 
 
 def test_file_errors(tmp_path: Path) -> None:
-    p = S.write(tmp_path / "a.gguf", S.TINY, drop_keys=("ssm.conv_kernel",))
+    p = S.write(tmp_path / "a.gguf", S.TINY, edits=S.Edits(drop_keys=("ssm.conv_kernel",)))
     with pytest.raises(GGUFError, match="qwen35.ssm.conv_kernel"):
         load_model(open_gguf(p))
-    p = S.write(tmp_path / "b.gguf", S.TINY, skip=("blk.1.ssm_a",))
+    p = S.write(tmp_path / "b.gguf", S.TINY, edits=S.Edits(skip=("blk.1.ssm_a",)))
     with pytest.raises(ProviderError, match="blk.1.ssm_a"):
         load_model(open_gguf(p))
-    p = S.write(tmp_path / "c.gguf", S.TINY, skip=("blk.8.nextn.eh_proj.weight",))
+    p = S.write(tmp_path / "c.gguf", S.TINY, edits=S.Edits(skip=("blk.8.nextn.eh_proj.weight",)))
     with pytest.raises(ProviderError, match="nextn.eh_proj"):
         load_model(open_gguf(p))
     p = S.write(tmp_path / "d.gguf", S.tiny(v_heads=6))  # fewer key heads are fine, a ragged share is not

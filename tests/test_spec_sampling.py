@@ -43,7 +43,7 @@ def _copy_head(path: Path) -> Path:
     t[p + "nextn.eh_proj.weight"] = np.concatenate([np.eye(s.n_embd), np.zeros((s.n_embd, s.n_embd))], 1)
     t[p + "attn_output.weight"] = np.zeros_like(t[p + "attn_output.weight"])
     t[p + "ffn_down.weight"] = np.zeros_like(t[p + "ffn_down.weight"])
-    return S.write(path, s, tensors=t)
+    return S.write(path, s, edits=S.Edits(tensors=t))
 
 
 KINDS: dict[str, tuple[float, list[int]]] = {  # temperature, prompt

@@ -179,10 +179,21 @@ def weights(s: Shape, seed: int = 0, mtp: bool = True) -> dict[str, np.ndarray]:
 _F32_ALWAYS = ("ssm_conv1d.weight", "ssm_beta.weight", "ssm_alpha.weight")
 
 
+@dataclass(frozen=True)
+class Edits:
+    """Changes to a written file: `skip` leaves out tensors and `drop_keys` metadata keys (for error tests);
+    `tensors` replaces the seeded weights."""
+
+    skip: tuple[str, ...] = ()
+    drop_keys: tuple[str, ...] = ()
+    tensors: dict[str, np.ndarray] | None = None
+
+
 def write(path: str | Path, s: Shape = TINY, qtype: int = Q.F32, seed: int = 0, mtp: bool = True,
-          skip: tuple[str, ...] = (), drop_keys: tuple[str, ...] = (),
-          tensors: dict[str, np.ndarray] | None = None) -> Path:
-    """Write the model; `skip` leaves out tensors and `drop_keys` metadata keys (for error tests)."""
+          edits: Edits | None = None) -> Path:
+    """Write the model, with `edits` (none by default)."""
+    e = edits or Edits()
+    skip, drop_keys, tensors = e.skip, e.drop_keys, e.tensors
     path = Path(path)
     a = "qwen35"
     w = gguf.GGUFWriter(str(path), a)
