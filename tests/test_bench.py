@@ -160,16 +160,21 @@ accept    = 53.333%
 
 
 class _Short(_Fixed):
-    def propose(self, history: list[int], n: int) -> Proposal:
-        return Proposal([7] * (len(history) % 3), None)  # 0, 1 or 2 drafts, fewer than n
+    """Proposes 0, 1 or 2 drafts (fewer than asked), by how long the committed history is."""
+
+    def commit(self, tokens, positions, hidden):  # type: ignore[no-untyped-def]
+        self.history_len = int(positions[-1]) + 2
+
+    def propose(self, n: int) -> Proposal:
+        return Proposal([7] * (self.history_len % 3), None)
 
 
 def test_controlled_drafter_proposes_no_more_than_the_inner_drafter() -> None:
     d = B.ControlledDrafter(_Short(), 1.0)
     d.expect(2, list(range(100)), seed=0)
     for k in range(3, 30):
-        inner = k % 3
-        assert len(d.propose([0] * k, 3).tokens) == inner
+        d.commit([0], np.array([k - 2], np.int32), np.zeros((1, 4), np.float32))  # the history is k tokens long
+        assert len(d.propose(3).tokens) == k % 3
     assert "P^i" in B.ACCEPTANCE_SHAPE and "never padded" in B.ACCEPTANCE_SHAPE
 
 

@@ -16,19 +16,18 @@ import numpy as np
 import pytest
 
 from cuca.cli import file_info
-from cuca.engine import Engine, Generation, Speculation
+from cuca.engine import Engine, Generation
 from cuca.errors import ProviderError
 from cuca.gguf import open_gguf
 from cuca.models import load_model
 from cuca.models.gemma4_assistant import load_assistant
 from cuca.models.layers import Ops
 from cuca.sampling import SamplingParams, to_probs
+from cuca.speculative import AlwaysDraft, SpeculativeDecoder
 from cuca.speculative.drafters.assistant import AssistantDrafter
 from cuca.speculative.drafters.load import load_drafter
 from cuca.speculative.drafters.mtp import MTPDrafter
-from cuca.speculative.governor import AlwaysDraft
 from cuca.speculative.source import DrafterSource
-from cuca.speculative.stats import RequestDraftStats
 
 DIR = Path(__file__).parent / "fixtures" / "converted"
 HF = np.load(DIR / "converted_hf.npz")
@@ -163,7 +162,7 @@ def run(m: Any, prompt: list[int], drafter: Any = None) -> list[int]:
     eng = Engine(m, 96)
     s = None
     if drafter is not None:
-        s = Speculation(drafter(eng), 4, AlwaysDraft(), RequestDraftStats(), getattr(m, "rollback_limit", None))
+        s = SpeculativeDecoder(eng.model, eng.cache, drafter(eng), AlwaysDraft(), 4)
     out = list(eng.stream(prompt, 16, GREEDY, frozenset(), Generation(), s))
     if s is not None:
         assert s.stats.drafted > 0

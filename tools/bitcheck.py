@@ -61,15 +61,13 @@ def model_case(model: Any) -> dict[str, Any]:
 def spec_tokens(model: Any, make: Any) -> list[list[int]] | str:
     """Greedy tokens with the drafter, k=4 (the API of the day; 'n/a' when it changed)."""
     try:
-        from cuca.engine import Speculation  # type: ignore[attr-defined]
-        from cuca.speculative.governor import AlwaysDraft
-        from cuca.speculative.stats import RequestDraftStats
+        from cuca.speculative import AlwaysDraft, SpeculativeDecoder
     except ImportError:
         return "n/a"
     res = []
     for p in PROMPTS:
         eng = Engine(model, 96)
-        s = Speculation(make(eng), 4, AlwaysDraft(), RequestDraftStats(), getattr(model, "rollback_limit", None))
+        s = SpeculativeDecoder(eng.model, eng.cache, make(eng), AlwaysDraft(), 4)
         res.append(list(eng.stream(p, 20, SamplingParams(), frozenset(), None, s)))
     return res
 
