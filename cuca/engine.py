@@ -14,7 +14,7 @@ import numpy as np
 from .errors import ConfigError, ContextLengthError
 from .models import Model
 from .models.cache import Cache
-from .sampling import SamplingParams, next_token
+from .sampling import SamplingParams, is_int, next_token
 
 if TYPE_CHECKING:  # the speculative package imports prefill_rows from here
     from .speculative.decoder import SpeculativeDecoder
@@ -62,7 +62,7 @@ def check_token_ids(prompt: Any, n_vocab: int) -> list[int]:
     except TypeError:
         raise ConfigError(f"a prompt must be text or a sequence of token ids, got {type(prompt).__name__}") from None
     for i, t in enumerate(items):
-        if not (isinstance(t, (int, np.integer)) and not isinstance(t, (bool, np.bool_)) and 0 <= t < n_vocab):
+        if not (is_int(t) and 0 <= t < n_vocab):
             raise ConfigError(f"prompt token {i} is {t!r}, not a token id (an integer in 0..{n_vocab - 1})")
     return [int(t) for t in items]
 

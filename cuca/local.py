@@ -11,8 +11,6 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequenc
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from .device import Device
 from .engine import Engine, Generation, Timings, check_token_ids
 from .errors import ConfigError, ContextLengthError
@@ -130,7 +128,7 @@ class LocalModel:
                 f"context_length {n_ctx} exceeds the model's trained context length of {n_train} tokens; pass "
                 "allow_long_context=True (--allow-long-context) to use it anyway"
             )
-        one, two = _nbytes(self.model.make_cache(1)), _nbytes(self.model.make_cache(2))
+        one, two = self.model.make_cache(1).nbytes, self.model.make_cache(2).nbytes
         need = one + (two - one) * (n_ctx - 1)
         avail = available_memory()
         if avail is not None and need > avail:
@@ -342,19 +340,6 @@ def available_memory() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
-
-
-def _nbytes(obj: Any, depth: int = 0) -> int:
-    """Bytes of the numpy arrays a cache object holds (its attributes, lists and nested caches)."""
-    if isinstance(obj, np.ndarray):
-        return obj.nbytes
-    if depth > 4:
-        return 0
-    if isinstance(obj, (list, tuple)):
-        return sum(_nbytes(x, depth + 1) for x in obj)
-    if hasattr(obj, "__dict__"):
-        return sum(_nbytes(x, depth + 1) for x in vars(obj).values())
-    return 0
 
 
 def _stop_strings(stop: str | Iterable[str] | None) -> tuple[str, ...]:

@@ -40,10 +40,14 @@ class Request:
         self._items: deque[Any] = deque()
         self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
         self.cancelled = False
+        self._error: BaseException | None = None  # a skipped job's reason, for its consumer
 
-    def cancel(self) -> None:
-        """Stop at the job's next step (or skip it, if it has not started); safe from any thread, idempotent."""
+    def cancel(self, error: BaseException | None = None) -> None:
+        """Stop at the job's next step (or skip it, if it has not started); safe from any thread, idempotent.
+        `error`: what a skipped job's consumer gets instead of the end of its items."""
         self.cancelled = True
+        if error is not None:
+            self._error = error
 
     # ---- the worker's side -------------------------------------------------------------------------------
     def _put(self, item: Any) -> None:
@@ -60,7 +64,7 @@ class Request:
 
     def _serve(self) -> None:
         job, self._job = self._job, None  # drop the closure (and the model it holds) once served
-        error: BaseException | None = None
+        error: BaseException | None = self._error if self.cancelled else None
         if job is not None and not self.cancelled:
             steps: Iterator[Any] | None = None
             try:
@@ -147,7 +151,7 @@ class Scheduler:
         with self._cond:
             self._closed = True
             for req in self._queue:
-                req.cancel()
+                req.cancel(CucaError(f"{self.name}: the model was closed before this request started"))
             self._cond.notify()
 
     @property

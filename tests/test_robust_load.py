@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from synth import write_tiny
 
 from cuca import cli
-from cuca.errors import GGUFError, ProviderError, TokenizerError
+from cuca.errors import GGUFError, TokenizerError
 from cuca.gguf import open_gguf
 from cuca.models import load_model
 from cuca.models.layers import Ops
@@ -76,7 +77,7 @@ def load(p: Path) -> Any:
     ("gemma3", "attention.key_length", (U32, 0), "must be >= 1"),
     ("gemma3", "attention.sliding_window", (U32, 2**32 - 1), "<="),
     ("gemma3", "final_logit_softcapping", (F32, -1.0), ">="),
-    ("gemma4", "attention.head_count", (ARR, (STR, [b"x"] * 4)), "entries|must be an integer"),
+    ("gemma4", "attention.head_count", (ARR, (STR, [b"x"] * 10)), "must be an integer"),
     ("gemma4", "attention.sliding_window_pattern", (U32, 5), "must be an array"),
     ("gemma4", "attention.shared_kv_layers", (U32, 2**31), "<="),
     ("qwen35", "full_attention_interval", (U32, 0), "must be >= 1"),
@@ -124,7 +125,9 @@ def test_general_alignment_8_and_64_still_load(tmp_path: Path, seeds: dict[str, 
     for a in (8, 64):
         g = fz.set_kv(fz.parse(seeds["llama"]), "general.alignment", U32, a)
         (tmp_path / f"a{a}.gguf").write_bytes(fz.build(g))
-        assert open_gguf(tmp_path / f"a{a}.gguf").data_offset % a == 0
+        (tmp_path / "seed.gguf").write_bytes(seeds["llama"])
+        got, want = (open_gguf(tmp_path / n).tensor("token_embd.weight").data for n in (f"a{a}.gguf", "seed.gguf"))
+        assert np.array_equal(got, want)  # the re-aligned file's tensors read back the same bytes
 
 
 # defect 5: a 1-D weight in a block or integer type was read as raw bytes by layers.vector()
@@ -189,7 +192,6 @@ def test_seeds_still_load_and_errors_stay_provider_errors(tmp_path: Path, seeds:
     for arch, raw in seeds.items():
         (tmp_path / f"{arch}.gguf").write_bytes(raw)
         assert load(tmp_path / f"{arch}.gguf").n_vocab > 0
-    assert issubclass(GGUFError, ProviderError)
 
 
 # found while fuzzing: tokenizer metadata of the wrong type was a ValueError / TypeError
@@ -199,5 +201,5 @@ def test_tokenizer_metadata_of_the_wrong_type_is_a_tokenizer_error(
     tmp_path: Path, seeds: dict[str, bytes], arch: str, key: str, vtype: int, value: Any
 ) -> None:
     p = edited(tmp_path, seeds[arch], with_kv(key, vtype, value))
-    with pytest.raises(TokenizerError, match=key.split(".")[-1] + "|template"):
+    with pytest.raises(TokenizerError, match=key.split(".")[-1]):
         Tokenizer.from_gguf(p).apply_chat_template([{"role": "user", "content": "hi"}])

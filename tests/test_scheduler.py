@@ -15,6 +15,7 @@ from synth import write_tiny
 
 from cuca import LocalModel, LocalModelConfig
 from cuca.engine import Generation
+from cuca.errors import CucaError
 from cuca.scheduler import DONE, Scheduler, SyncStream
 from cuca.speculative.source import DrafterSource
 
@@ -56,6 +57,25 @@ def test_scheduler_runs_jobs_in_arrival_order_on_one_thread() -> None:
     assert bounded(lambda: [(r.get(), r.get()) for r in reqs]) == [(i, DONE) for i in range(20)]
     assert [i for i, _ in seen] == list(range(20)) and {n for _, n in seen} == {"test"}
     s.close()
+
+
+def test_a_request_queued_when_the_model_closes_gets_an_error_not_an_empty_reply() -> None:
+    s = Scheduler("test")
+    started, go = threading.Event(), threading.Event()
+
+    def running() -> Iterator[int]:
+        started.set()
+        go.wait(60)
+        yield 1
+
+    first = s.submit(running)
+    assert started.wait(60)
+    queued = s.submit(lambda: iter([2]))
+    s.close()
+    go.set()
+    assert bounded(lambda: (first.get(), first.get())) == (1, DONE)  # the running job finishes
+    with pytest.raises(CucaError, match="closed before this request started"):
+        bounded(queued.get)
 
 
 def test_a_cancelled_job_stops_at_its_next_step_and_errors_reach_the_consumer() -> None:

@@ -270,4 +270,5 @@ def test_rounds_follow_their_uniforms() -> None:
             out += verify(p, Proposal(drafts, q), rng.random(8)).tokens
         return out
 
+    assert run(7) == run(7)  # verify draws nothing of its own: the same uniforms give the same tokens
     assert run(7) != run(8)
