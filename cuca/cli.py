@@ -18,7 +18,7 @@ from .errors import ConfigError, ContextLengthError, CucaError
 from .gguf import open_gguf
 from .local import LocalModel, LocalModelConfig
 from .models.dialects import is_mtp_sidecar
-from .models.gemma4_assistant import DEFAULT_TOP_K
+from .models.gemma4_assistant import centroid_layout
 from .sources import PRESETS, ModelSource, paired_drafter, preset_is_local
 from .speculative.stats import RequestDraftStats
 
@@ -260,11 +260,10 @@ _NEXTN = re.compile(r"^blk\.\d+\.nextn\.")
 
 
 def _assistant_head(f: Any) -> str:
-    t = f.tensors.get("masked_embd_centroids.weight")
-    if t is None or "masked_embd_ordering" not in f.tensors:
+    layout = centroid_layout(f)
+    if layout is None:
         return "full tied head"
-    top_k = f.get(f.arch_key("centroid_intermediate_top_k"), DEFAULT_TOP_K)
-    return f"centroid head ({t.shape[0]} centroids, top {top_k})"
+    return f"centroid head ({layout[0]} centroids, top {layout[1]})"
 
 
 def file_info(path: Any) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from cuca import cli
 from cuca.errors import GGUFError, TokenizerError
 from cuca.gguf import open_gguf
 from cuca.models import load_model
+from cuca.models.gemma4_assistant import centroid_layout
 from cuca.models.layers import Ops
 from cuca.tokenizer import Tokenizer
 
@@ -203,3 +204,12 @@ def test_tokenizer_metadata_of_the_wrong_type_is_a_tokenizer_error(
     p = edited(tmp_path, seeds[arch], with_kv(key, vtype, value))
     with pytest.raises(TokenizerError, match=key.split(".")[-1]):
         Tokenizer.from_gguf(p).apply_chat_template([{"role": "user", "content": "hi"}])
+
+
+# found in review: the centroid head's top-k was read untyped (a string was a ValueError, a float truncated)
+@pytest.mark.parametrize("vtype, value, match", [(STR, b"32", "must be an integer"), (U32, 65, "<= 64")])
+def test_centroid_top_k_is_read_typed_and_bounded(tmp_path: Path, vtype: int, value: Any, match: str) -> None:
+    raw = (Path(__file__).parent / "fixtures" / "converted" / "assistant-centroids-f32.gguf").read_bytes()
+    p = edited(tmp_path, raw, with_kv("gemma4-assistant.centroid_intermediate_top_k", vtype, value))
+    with pytest.raises(GGUFError, match=match):
+        centroid_layout(open_gguf(p))

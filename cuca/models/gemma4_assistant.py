@@ -56,6 +56,18 @@ def check_pair(f: GGUFFile, c: Config, n_embd_out: int, target: Target) -> None:
 DEFAULT_TOP_K = 32  # transformers' centroid_intermediate_top_k default, what the E2B and E4B assistants use
 
 
+def centroid_layout(f: GGUFFile) -> tuple[int, int] | None:
+    """(centroid count, top-k) when the drafter file has the centroid head's two tensors, None when it has neither;
+    top-k from `centroid_intermediate_top_k` (typed, 1..centroids) or DEFAULT_TOP_K."""
+    has = [n in f.tensors for n in ("masked_embd_centroids.weight", "masked_embd_ordering")]
+    if has[0] != has[1]:
+        raise ProviderError(f"{f.path}: has only one of masked_embd_centroids.weight and masked_embd_ordering")
+    if not has[0]:
+        return None
+    n_c = int(f.tensor("masked_embd_centroids.weight").shape[0])
+    return n_c, int(opt(f, "centroid_intermediate_top_k", int, min(DEFAULT_TOP_K, n_c), 1, n_c))
+
+
 class CentroidHead:
     """transformers' Gemma4AssistantMaskedEmbedder: score the n_centroids centroids, keep the top_k, compute exact
     logits for their top_k * (n_vocab / n_centroids) token ids (masked_embd_ordering lists each centroid's ids) and
@@ -63,8 +75,11 @@ class CentroidHead:
     over the whole batch, here it is per row: the same for the one-row steps drafting makes)."""
 
     def __init__(self, f: GGUFFile, token_embd: Linear, n_vocab: int, n_embd: int):
-        ct, ot = f.tensor("masked_embd_centroids.weight"), f.tensor("masked_embd_ordering")
-        n_c = int(ct.shape[0])
+        layout = centroid_layout(f)
+        if layout is None:
+            raise ProviderError(f"{f.path}: no centroid head (masked_embd_centroids.weight, masked_embd_ordering)")
+        n_c, self.top_k = layout
+        ot = f.tensor("masked_embd_ordering")
         if ot.ggml_type != GGMLQuantizationType.I32 or ot.shape != (n_vocab,):
             raise ProviderError(f"{f.path}: masked_embd_ordering must be I32 of shape ({n_vocab},), got "
                                 f"{ot.type_name} {ot.shape}")
@@ -74,9 +89,6 @@ class CentroidHead:
         if np.any(np.bincount(np.clip(order, 0, n_vocab - 1), minlength=n_vocab) != 1) or order.min() < 0 or \
                 order.max() >= n_vocab:
             raise ProviderError(f"{f.path}: masked_embd_ordering is not a permutation of the {n_vocab} token ids")
-        self.top_k = int(f.get(f.arch_key("centroid_intermediate_top_k"), DEFAULT_TOP_K))
-        if not 0 < self.top_k <= n_c:
-            raise ProviderError(f"{f.path}: centroid top-k {self.top_k} is not in 1..{n_c} centroids")
         self.centroids = linear(f, "masked_embd_centroids.weight", n_c, n_embd)
         self.groups = np.ascontiguousarray(order.reshape(n_c, n_vocab // n_c))  # centroid -> its token ids
         self.token_embd, self.n_vocab = token_embd, n_vocab
@@ -126,10 +138,8 @@ class Assistant:
         self.pre_projection = linear(f, "nextn.pre_projection.weight", c.n_embd, 2 * self.n_embd_out)
         self.post_projection = linear(f, "nextn.post_projection.weight", self.n_embd_out, c.n_embd)
         self.blk = [Block(f, c, il, target, self.rope_freqs) for il in range(c.n_layer)]
-        has = [n in f.tensors for n in ("masked_embd_centroids.weight", "masked_embd_ordering")]
-        if has[0] != has[1]:
-            raise ProviderError(f"{f.path}: has only one of masked_embd_centroids.weight and masked_embd_ordering")
-        self.centroid_head = CentroidHead(f, self.token_embd, c.n_vocab, c.n_embd) if all(has) else None
+        has_centroids = centroid_layout(f) is not None
+        self.centroid_head = CentroidHead(f, self.token_embd, c.n_vocab, c.n_embd) if has_centroids else None
         if requantize:
             for b in self.blk:
                 to_q8_0(b)
