@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from synth import write_tiny
+from synth import Tiny, write_tiny
 
 from cuca import LocalModel, LocalModelConfig
 from cuca.engine import Generation
@@ -108,7 +108,7 @@ def test_a_cancelled_job_stops_at_its_next_step_and_errors_reach_the_consumer() 
 # ---- LocalModel ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> LocalModel:
-    path = write_tiny(tmp_path_factory.mktemp("sched") / "tiny.gguf", arch="gemma3", untied=True)
+    path = write_tiny(tmp_path_factory.mktemp("sched") / "tiny.gguf", arch="gemma3", shape=Tiny(untied=True))
     return LocalModel.load_sync(LocalModelConfig(path, drafter=DrafterSource.prompt_lookup(), threads=1))
 
 
