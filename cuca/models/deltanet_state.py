@@ -105,6 +105,21 @@ class HybridCache:
         self.kv.trim(n)
         self._kept = keep
 
+    def snapshot(self) -> tuple[int, list[np.ndarray]]:
+        """The state at this point (positions held, conv windows, recurrent states), for `restore`: how a drafter
+        with this cache returns past more than one forward batch (K/V rows are only counted, not copied)."""
+        return self.kv.n, [a.copy() for a in (*self.conv, *self.ssm)]
+
+    def restore(self, snap: tuple[int, list[np.ndarray]]) -> None:
+        """Back to a `snapshot` taken at or before the current position (later K/V rows are forgotten)."""
+        n, arrays = snap
+        if n > self.kv.n:
+            raise ValueError(f"cannot restore a snapshot at {n} positions into a cache holding {self.kv.n}")
+        for dst, src in zip((*self.conv, *self.ssm), arrays, strict=True):
+            dst[...] = src
+        self.kv.n = n
+        self._kept, self._snapped = 0, False
+
     def reset(self) -> None:
         self.kv.reset()
         for a in (*self.conv, *self.ssm):
