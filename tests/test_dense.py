@@ -79,3 +79,4 @@ def test_qwen_families_use_their_parts() -> None:
     assert q2.arch == "qwen2" and q2.blk[0].attn.attn_q_norm is None and q2.blk[0].attn.bq is not None
     assert q2.blk[0].attn.bk is not None and q2.blk[0].attn.bv is not None
     assert q3.blk[0].attn.rope.neox and q2.blk[0].attn.rope.neox
+
