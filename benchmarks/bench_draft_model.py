@@ -4,12 +4,14 @@ in llama.cpp's native build (benchmarks/peer/build_llamacpp.sh), interleaved in 
 
     python benchmarks/bench_draft_model.py [--threads 2] [--tokens 32] [--reps 3] [--out draft_model.json]
 
-Reported: plain decode tok/s (cuca vs llama-bench tg); one draft-model step as a fraction of one target step (cuca:
-single-token forward + head of each, best of reps; llama.cpp: the ratio of its tg rates); cuca's speedup at controlled
-acceptance P = 0.5, 0.7, 0.85 per draft (the real draft model runs, its drafts replaced by the target's own tokens with
-probability P: synthetic weights never agree), draft_tokens 3, plain and speculative runs interleaved; llama.cpp's own
-draft-model speculation (llama-speculative-simple -md, --spec-type draft-simple) on the same pair, at the acceptance
-the random weights give, and its speedup at the same P MODELLED from its round and plain-step costs of this run.
+Reported: the round's parts in both engines, interleaved (a target step, a 4-row verify pass, a draft step;
+llama.cpp's from llama-bench pp1/pp4) and the speedup they give at each P (modelled); plain decode tok/s (cuca vs
+llama-bench tg); one draft-model step as a fraction of one target step (cuca: single-token forward + head of each,
+best of reps; llama.cpp: the ratio of its tg rates); cuca's speedup at controlled acceptance P = 0.5, 0.7, 0.85 per
+draft (the real draft model runs, its drafts replaced by the target's own tokens with probability P: synthetic
+weights never agree), draft_tokens 3, plain and speculative runs interleaved; llama.cpp's own draft-model
+speculation (llama-speculative-simple -md, --spec-type draft-simple) on the same pair, at the acceptance the random
+weights give, and its speedup at the same P MODELLED from its round and plain-step costs of this run.
 """
 
 from __future__ import annotations
@@ -51,6 +53,47 @@ def step_ms(model: Any, cache: Any, prompt: list[int], reps: int) -> float:
     return best
 
 
+def pass_ms(model: Any, cache: Any, prompt: list[int], m: int) -> float:
+    """Wall ms of one m-row pass (logits of every row, as a verify pass) after `prompt`."""
+    cache.reset()
+    model.forward(np.array(prompt, np.int32), np.arange(len(prompt), dtype=np.int32), cache)
+    t0 = time.perf_counter()
+    model.forward(np.full(m, prompt[-1], np.int32), np.arange(len(prompt), len(prompt) + m, dtype=np.int32), cache,
+                  "all")
+    out = (time.perf_counter() - t0) * 1e3
+    cache.reset()
+    return out
+
+
+def modelled(step_ms: float, draft_ms: float, verify_ms: float) -> dict[str, float]:
+    """Speedup at each P: E[tokens per round] x plain step / (N_DRAFT draft steps + one (N_DRAFT+1)-row verify)."""
+    return {str(p): (1 + sum(p**i for i in range(1, N_DRAFT + 1))) * step_ms / (N_DRAFT * draft_ms + verify_ms)
+            for p in LEVELS}
+
+
+def costs(b: Bench, peer: Any, ids: list[int], reps: int, paths: tuple[Path, Path]) -> dict[str, Any]:
+    """The round's parts in both engines, interleaved (medians of `reps`): a target step, an (N_DRAFT+1)-row verify
+    pass, a draft step; and the speedup each engine's parts give at each P (modelled)."""
+    drafter: Any = b.lm.drafter
+    m = N_DRAFT + 1
+    c: dict[str, list[float]] = {"step": [], "verify": [], "draft": [], "l_step": [], "l_verify": [], "l_draft": []}
+    for _ in range(reps):
+        c["step"].append(pass_ms(b.lm.model, b.lm.engine.cache, ids, 1))
+        c["verify"].append(pass_ms(b.lm.model, b.lm.engine.cache, ids, m))
+        c["draft"].append(pass_ms(drafter.model, drafter.cache, ids, 1))
+        if peer is not None:
+            ms = peer.pass_ms(paths[0], [1, m], 1)["ms"]
+            c["l_step"].append(ms["1"])
+            c["l_verify"].append(ms[str(m)])
+            c["l_draft"].append(peer.pass_ms(paths[1], [1], 1)["ms"]["1"])
+    med = {k: median(v) for k, v in c.items() if v}
+    out: dict[str, Any] = {"ms": med, "ranges": {k: spread(v) for k, v in c.items() if v},
+                           "cuca_modelled": modelled(med["step"], med["draft"], med["verify"])}
+    if peer is not None:
+        out["llama_modelled"] = modelled(med["l_step"], med["l_draft"], med["l_verify"])
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
@@ -58,6 +101,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--folder", type=Path, default=Path("~/.cache/cuca-synth-dense").expanduser())
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--costs-only", action="store_true", help="only the round's parts and the modelled speedups")
     a = ap.parse_args()
     tgt, dft = synth_dense.pair_files(a.folder)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -66,6 +110,12 @@ def main() -> None:
     ids = b.encode(PROMPT)
     res: dict[str, Any] = {"target": str(tgt), "drafter": str(dft), "threads": a.threads, "tokens": a.tokens,
                            "reps": a.reps, "loadavg_start": os.getloadavg(), "prompt_tokens": len(ids)}
+
+    res["costs"] = costs(b, peer, ids, a.reps, (tgt, dft))
+    log(f"costs: {res['costs']}")
+    if a.costs_only:
+        print(json.dumps(res, indent=2, default=float))
+        return
 
     # plain decode, cuca and llama.cpp interleaved
     ours, theirs = [], []
