@@ -105,6 +105,18 @@ class HybridCache:
         self.kv.trim(n)
         self._kept = keep
 
+    def checkpoint(self) -> tuple[int, list[np.ndarray]]:
+        """A copy of the recurrent side (conv windows and states) at the current position (the prompt cache)."""
+        return self.kv.n, [a.copy() for a in (*self.conv, *self.ssm)]
+
+    def restore(self, cp: tuple[int, list[np.ndarray]]) -> None:
+        """Back to a checkpoint of this cache; the K/V rows before its position must not have been rewritten since."""
+        n, arrays = cp
+        for dst, src in zip((*self.conv, *self.ssm), arrays, strict=True):
+            dst[...] = src
+        self.kv.n = n
+        self._kept, self._snapped = 0, False
+
     def reset(self) -> None:
         self.kv.reset()
         for a in (*self.conv, *self.ssm):
