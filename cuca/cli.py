@@ -14,10 +14,10 @@ from typing import Any, TextIO
 
 from .bench import add_bench_parser, run_bench
 from .engine import Generation
-from .errors import ConfigError, ContextLengthError, CucaError
+from .errors import ConfigError, ContextLengthError, CucaError, ProviderError
 from .gguf import open_gguf
 from .local import LocalModel, LocalModelConfig
-from .models.dialects import is_mtp_sidecar
+from .models.dialects import check_dialect
 from .models.gemma4_assistant import centroid_layout
 from .serve.cli import add_serve_parser, run_serve
 from .sources import PRESETS, ModelSource, paired_drafter, preset_is_local
@@ -278,11 +278,17 @@ def file_info(path: Any) -> dict[str, Any]:
     nextn_layers = md.get(f"{arch}.nextn_predict_layers", 0)
     nextn_layers = nextn_layers if type(nextn_layers) is int else 0  # info shows a file; loading checks it
     nextn_tensors = sum(1 for name in f.tensors if _NEXTN.match(name))
-    if arch == "gemma4-assistant":
+    try:
+        check_dialect(f)
+        foreign = None
+    except ProviderError as e:  # a dialect cuca cannot run: info still shows the file, and says why
+        foreign = str(e).removeprefix(f"{f.path}: ")
+    usable = foreign is None
+    if foreign is not None:
+        head = f"not usable: {foreign}"
+    elif arch == "gemma4-assistant":
         head = f"this file is a drafter (gemma4-assistant, {_assistant_head(f)}): pair it with a gemma4 target via " \
                "--drafter"
-    elif arch == "qwen35" and is_mtp_sidecar(f):
-        head = "an MTP sidecar (prediction head only, no trunk): not supported, use a file with the head inside"
     elif nextn_layers or nextn_tensors:
         head = (
             f"in-trunk MTP head ({nextn_layers} nextn layer(s), {nextn_tensors} blk.*.nextn.* tensors): "
@@ -290,6 +296,7 @@ def file_info(path: Any) -> dict[str, Any]:
         )
     else:
         head = "none (drafting still works with --drafter prompt-lookup)"
+        usable = False
     return {
         "path": str(f.path),
         "file_size": f.file_size(),
@@ -304,7 +311,7 @@ def file_info(path: Any) -> dict[str, Any]:
         "vocab_size": len(tokens) if isinstance(tokens, list) else None,
         "chat_template": bool(md.get("tokenizer.chat_template")),
         "prediction_head": head,
-        "has_prediction_head": arch == "gemma4-assistant" or bool(nextn_layers or nextn_tensors),
+        "has_prediction_head": usable,
     }
 
 
