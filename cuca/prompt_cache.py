@@ -4,9 +4,11 @@ After a request the target's cache holds every token it was fed (the prompt, the
 last). The next prompt keeps the rows of its longest common prefix with them and is prefilled from there on, so a
 multi-turn chat prefills only its new turn. Kept rows are the rows a cold run computes: a K/V row depends only on
 the tokens up to it and every kernel is batch invariant, so any prefix of a K/V cache may be kept. A recurrent
-state (the Qwen 3.5 hybrid) cannot be rolled back: two states are on offer, the live one (after the last fed token)
-and a checkpoint taken at the end of the previous prompt, each only when the new prompt extends its tokens exactly
-and a cold prefill would compute that very state (`recurrent_exact`); otherwise the request starts cold.
+state (the Qwen 3.5 hybrid) cannot be rolled back: three states are on offer, the live one (after the last fed
+token), a checkpoint at the end of the previous prompt, each only when the new prompt extends its tokens exactly and
+a cold prefill would compute that very state (`recurrent_exact`), and the state after the previous prompt's last
+full prefill chunk (which a cold prefill of any prompt sharing those tokens reaches); otherwise the request starts
+cold.
 """
 
 from __future__ import annotations
@@ -44,10 +46,13 @@ def recurrent_exact(c: int, prev_prompt: int, prompt: int, spans: tuple[int, int
 
 @dataclass
 class _Mark:
-    """The previous prompt and the cache's checkpoint right after its prefill (recurrent caches; None for K/V)."""
+    """The previous prompt and the cache's checkpoint right after its prefill (recurrent caches; None for K/V), and
+    the one at the end of its last full prefill chunk (position, state), which any prompt sharing that much reaches
+    in a cold prefill too."""
 
     ids: list[int]
     state: Any
+    boundary: tuple[int, Any] | None = None
 
 
 class PromptCache:
@@ -57,12 +62,11 @@ class PromptCache:
         self.cache = cache
         self.spans = spans  # (prefill chunk, smallest chunked batch of a recurrent model or None)
         self.recurrent = callable(getattr(cache, "checkpoint", None))
+        if self.recurrent:
+            cache.save_every = spans[0]  # type: ignore[attr-defined]
         self._live: list[int] | None = None  # the tokens at positions 0..cache.n-1 after the last request
         self._n = -1  # cache.n when _live was recorded: any other value means someone else used the cache
         self._mark: _Mark | None = None
-
-    def forget(self) -> None:
-        self._live, self._mark, self._n = None, None, -1
 
     def candidates(self, prompt: Sequence[int]) -> list[tuple[int, str]]:
         """Rows of `prompt` the cache can keep, best first, as (rows, "live" | "mark"); at least one prompt row is
@@ -83,6 +87,10 @@ class PromptCache:
             c = len(ids)
             if 0 < c <= limit and list(prompt[:c]) == ids and recurrent_exact(c, prev, len(prompt), self.spans):
                 out.append((c, kind))
+        b = self._mark.boundary if self._mark is not None else None
+        if b is not None and self._mark is not None and 0 < b[0] <= limit and \
+                list(prompt[: b[0]]) == self._mark.ids[: b[0]]:
+            out.append((b[0], "boundary"))
         return out
 
     def keep(self, rows: int, kind: str) -> None:
@@ -90,6 +98,8 @@ class PromptCache:
         cache: Any = self.cache
         if kind == "mark" and self.recurrent and self._mark is not None:
             cache.restore(self._mark.state)
+        elif kind == "boundary" and self._mark is not None and self._mark.boundary is not None:
+            cache.restore(self._mark.boundary)
         cache.trim(cache.n - rows)
         self.forget()  # nothing else stays valid while this request writes the cache
 
@@ -97,10 +107,16 @@ class PromptCache:
         self.cache.reset()
         self.forget()
 
+    def forget(self) -> None:
+        self._live, self._mark, self._n = None, None, -1
+        if self.recurrent:
+            self.cache.saved = None  # type: ignore[attr-defined]
+
     def prompt_done(self, prompt: Sequence[int]) -> None:
         """The prefill finished: the cache holds exactly `prompt`; keep its checkpoint."""
         cache: Any = self.cache
-        self._mark = _Mark(list(prompt), cache.checkpoint() if self.recurrent else None)
+        saved = cache.saved if self.recurrent else None
+        self._mark = _Mark(list(prompt), cache.checkpoint() if self.recurrent else None, saved)
 
     def request_done(self, known: list[int], broken: bool) -> None:
         """The request ended; `known` are the prompt and the tokens it emitted (the cache holds a prefix of them,

@@ -144,3 +144,16 @@ def test_local_model_chat_turns_equal_cold(tiny: Path) -> None:
         cached.append(r.timings.n_cached)
         history.append({"role": "assistant", "content": r.text})
     assert cached[0] == 0 and cached[1] > 0 and cached[2] > cached[1]
+
+
+def test_hybrid_resumes_at_a_full_prefill_chunk(qwen: object) -> None:
+    """A prompt that shares 280 tokens with the previous 300-token one but extends neither its reply nor its end
+    resumes from the state after the first full 256-row prefill chunk: a cold prefill reaches that same state."""
+    rng = np.random.default_rng(7)
+    p1 = [int(t) for t in rng.integers(1, 200, 300)]
+    eng = Engine(qwen, 700, prompt_cache=True)  # type: ignore[arg-type]
+    _run(eng, p1, 3)
+    p2 = p1[:280] + [5, 6, 7, 8]
+    gen = _run(eng, p2, 4)
+    cold = Engine(qwen, 700)  # type: ignore[arg-type]
+    assert gen.timings.n_cached == 256 and gen.tokens == _run(cold, p2, 4).tokens
