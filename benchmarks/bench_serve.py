@@ -27,6 +27,7 @@ from serving import free_port, serving  # noqa: E402
 
 from cuca import LocalModel, LocalModelConfig  # noqa: E402
 from cuca.bench.peer import peer_bin  # noqa: E402
+from cuca.engine import Generation  # noqa: E402
 from cuca.sources import ModelSource  # noqa: E402
 
 TOPICS = ("the sea", "a lighthouse", "bread", "winter", "a fox", "old maps", "rain", "a violin", "mountains",
@@ -126,9 +127,7 @@ def turn3_ttft(path: Path, threads: int, reps: int, max_tokens: int) -> dict[str
         msgs.append({"role": "assistant", "content": cold.chat_sync(msgs, max_tokens=max_tokens).text})
     turn3 = [*msgs, {"role": "user", "content": "Which countries does it cross?"}]
 
-    def first_piece(m: LocalModel) -> tuple[float, Any]:
-        from cuca.engine import Generation
-
+    def first_piece(m: LocalModel) -> tuple[float, Generation]:
         gen = Generation()
         t0 = time.perf_counter()
         s = m.stream_chat_sync(turn3, max_tokens=max_tokens, gen=gen)
@@ -138,25 +137,21 @@ def turn3_ttft(path: Path, threads: int, reps: int, max_tokens: int) -> dict[str
             pass
         return t, gen
 
-    out: dict[str, list[float]] = {"with": [], "without": []}
-    rows: dict[str, int] = {}
-    same = True
+    ms: dict[str, list[float]] = {"with": [], "without": []}
+    gens: dict[str, Generation] = {}
     for rep in range(reps):
         for name in (("with", "without") if rep % 2 == 0 else ("without", "with")):
             if name == "with":
                 for k in (3, 5):  # turns 1 and 2 leave the cache holding the conversation so far
                     warm.chat_sync(msgs[:k], max_tokens=max_tokens)
-            t, gen = first_piece(warm if name == "with" else cold)
-            out[name].append(t)
-            rows[name] = gen.timings.n_prefilled
-            rows["prompt"] = gen.timings.n_prompt
-            rows.setdefault(f"tokens_{name}", gen.tokens)  # type: ignore[arg-type]
-    same = rows.pop("tokens_with") == rows.pop("tokens_without")  # type: ignore[comparison-overlap]
-    return {"ttft_ms_with_cache": statistics.median(out["with"]) * 1e3,
-            "ttft_ms_without_cache": statistics.median(out["without"]) * 1e3, "samples_ms": {
-                k: [round(v * 1e3, 1) for v in vs] for k, vs in out.items()},
-            "prompt_tokens": rows["prompt"], "prefilled_with": rows["with"], "prefilled_without": rows["without"],
-            "identical_output": same}
+            t, gens[name] = first_piece(warm if name == "with" else cold)
+            ms[name].append(t * 1e3)
+    w, c = gens["with"], gens["without"]
+    return {"ttft_ms_with_cache": statistics.median(ms["with"]),
+            "ttft_ms_without_cache": statistics.median(ms["without"]),
+            "samples_ms": {k: [round(v, 1) for v in vs] for k, vs in ms.items()}, "prompt_tokens": w.timings.n_prompt,
+            "prefilled_with": w.timings.n_prefilled, "prefilled_without": c.timings.n_prefilled,
+            "identical_output": w.tokens == c.tokens}
 
 
 def main() -> None:
