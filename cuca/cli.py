@@ -33,7 +33,7 @@ def _add_model(p: argparse.ArgumentParser, drafting: bool = True) -> None:
     p.add_argument("model", help="a preset name, hf:owner/repo/file.gguf[@revision], an https URL, or a GGUF path")
     if drafting:
         p.add_argument("--drafter", default=None, help=DRAFTER_HELP)
-        p.add_argument("--draft-tokens", type=int, default=3, help="drafts per speculative round (default 3)")
+        p.add_argument("--draft-tokens", type=int, default=3, help="most drafts per round (default 3)")
     p.add_argument("--threads", type=int, default=0, help="worker threads (default 0: every core)")
     p.add_argument("--context-length", type=int, default=0, help="context window (default: min(4096, trained))")
     p.add_argument("--allow-long-context", action="store_true",

@@ -34,7 +34,8 @@ MAX_THREADS = 1 << 16  # what the kernels accept
 @dataclass(frozen=True)
 class LocalModelConfig:
     """What to load and how. Drafting is off unless `drafter` is set (a DrafterSource, or a ModelSource / string
-    naming a drafter file); `threads` 0 uses every core; `context_length` 0 uses min(4096, trained length), and a
+    naming a drafter file) and `draft_tokens` is the most drafts per round (the governor picks 0..draft_tokens
+    per round); `threads` 0 uses every core; `context_length` 0 uses min(4096, trained length), and a
     length past the trained one needs `allow_long_context=True`; `device` a Device or its name (only "cpu" in this
     build)."""
 
