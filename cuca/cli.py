@@ -20,12 +20,13 @@ from .local import LocalModel, LocalModelConfig
 from .models.dialects import check_dialect
 from .models.gemma4_assistant import centroid_layout
 from .serve.cli import add_serve_parser, run_serve
-from .sources import PRESETS, ModelSource, paired_drafter, preset_is_local
+from .sources import PRESETS, ModelSource, preset_is_local
 from .speculative.stats import RequestDraftStats
 
 DRAFTER_HELP = (
-    "prompt-lookup (any model), in-trunk (a Qwen 3.5 MTP file's own head), auto (the preset's paired drafter, else "
-    "prompt lookup), none, or a drafter GGUF source (preset, hf:..., URL or path); default: none"
+    "prompt-lookup (any model), in-trunk (a Qwen 3.5 MTP file's own head), auto (the model's own head, else its "
+    "preset's paired drafter, else prompt lookup), none, or a drafter GGUF or small same-family model (preset, "
+    "hf:..., URL or path); default: none"
 )
 
 
@@ -95,8 +96,6 @@ def _load(a: argparse.Namespace) -> LocalModel:
     drafter = a.drafter
     if drafter == "none":
         drafter = None
-    elif drafter == "auto":
-        drafter = paired_drafter(a.model) or "prompt-lookup"
     return LocalModel.load_sync(
         LocalModelConfig(
             a.model, drafter=drafter, draft_tokens=a.draft_tokens, context_length=a.context_length, threads=a.threads,

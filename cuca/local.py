@@ -22,7 +22,7 @@ from .scheduler import AsyncStream, Scheduler, SyncStream
 from .sources import ModelSource
 from .speculative.decoder import SpeculativeDecoder
 from .speculative.drafters import Drafter
-from .speculative.drafters.load import check_device, load_drafter
+from .speculative.drafters.load import check_device, load_drafter, resolve_auto
 from .speculative.governor import Governor, SpeedGovernor
 from .speculative.source import DrafterSource
 from .speculative.stats import DraftStats, RequestDraftStats
@@ -114,7 +114,8 @@ class LocalModel:
         self.tokenizer = Tokenizer.from_gguf(self.file)
         self.model = load_model(self.file, Ops(config.threads or (os.cpu_count() or 1)))
         self.engine = Engine(self.model, self._context_length(config), config.prompt_cache)
-        self.drafter_source = DrafterSource.parse(config.drafter) if config.drafter is not None else None
+        self.drafter_source = (resolve_auto(DrafterSource.parse(config.drafter), self.model, self.source)
+                               if config.drafter is not None else None)
         self.drafter: Drafter | None = None
         if self.drafter_source is not None:
             self.drafter = load_drafter(self.drafter_source, self.model, self.engine.cache, self.model.ops, self.path)

@@ -61,7 +61,7 @@ class PromptCache:
     def __init__(self, cache: Cache, spans: tuple[int, int | None]):
         self.cache = cache
         self.spans = spans  # (prefill chunk, smallest chunked batch of a recurrent model or None)
-        self.recurrent = callable(getattr(cache, "checkpoint", None))
+        self.recurrent = callable(getattr(cache, "snapshot", None))
         if self.recurrent:
             cache.save_every = spans[0]  # type: ignore[attr-defined]
         self._live: list[int] | None = None  # the tokens at positions 0..cache.n-1 after the last request
@@ -116,7 +116,7 @@ class PromptCache:
         """The prefill finished: the cache holds exactly `prompt`; keep its checkpoint."""
         cache: Any = self.cache
         saved = cache.saved if self.recurrent else None
-        self._mark = _Mark(list(prompt), cache.checkpoint() if self.recurrent else None, saved)
+        self._mark = _Mark(list(prompt), cache.snapshot() if self.recurrent else None, saved)
 
     def request_done(self, known: list[int], broken: bool) -> None:
         """The request ended; `known` are the prompt and the tokens it emitted (the cache holds a prefix of them,

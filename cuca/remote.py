@@ -11,6 +11,7 @@ from .engine import Generation
 from .errors import ConfigError, ContextLengthError, CucaError, ProviderError
 from .local import Reply, _stop_strings
 from .sampling import SamplingParams, is_int
+from .speculative.governor import GovernorEvent
 from .speculative.stats import DraftStats, RequestDraftStats
 
 _REQUEST_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "gen", "draft")
@@ -95,11 +96,24 @@ class _Request:
 
 
 def _draft(d: Any) -> RequestDraftStats | None:
+    """A server's drafting statistics (cuca serve's extension field); None where absent or malformed."""
     if not isinstance(d, dict):
         return None
-    return RequestDraftStats(int(d.get("rounds", 0)), int(d.get("drafted", 0)), int(d.get("accepted", 0)),
-                             list(d.get("accepted_per_position") or []), list(d.get("drafted_per_position") or []),
-                             [(str(k), int(i)) for k, i in d.get("governor_events") or []])
+    try:
+        return _parse_draft(d)
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def _parse_draft(d: dict[str, Any]) -> RequestDraftStats:
+    events = [GovernorEvent(str(e[0]), int(e[1]), int(e[2]) if len(e) > 2 else 0)
+              for e in d.get("governor_events") or [] if isinstance(e, (list, tuple)) and len(e) >= 2]
+    return RequestDraftStats(rounds=int(d.get("rounds", 0)), drafted=int(d.get("drafted", 0)),
+                             accepted=int(d.get("accepted", 0)),
+                             accepted_per_position=[int(x) for x in d.get("accepted_per_position") or []],
+                             drafted_per_position=[int(x) for x in d.get("drafted_per_position") or []],
+                             rounds_per_depth=[int(x) for x in d.get("rounds_per_depth") or []],
+                             governor_events=events)
 
 
 class RemoteModel:

@@ -1,5 +1,6 @@
 """Speculative *sampling* through LocalModel emits what plain sampling of the same model emits, for each drafter kind
-(prompt lookup, the gemma4 assistant, the in-trunk MTP head), on tiny synthetic files.
+(prompt lookup, the gemma4 assistant, the in-trunk MTP head, a draft model), on tiny synthetic (and, for the draft
+model, converted) files.
 
 Each request generates 4 tokens at temperature > 0 with a seed (seeded requests draft every round): the first comes
 from the prefill, the next from a speculative round of 2 drafts (accepted drafts, a correction from the residual,
@@ -40,6 +41,7 @@ TOP = 4  # t2 values whose t3 is resolved; the rest of t2 is one cell
 P_MIN = 1e-3
 GEMMA4_PROMPT = [2, 17, 319, 143, 496, 61, 293, 160, 281, 368, 494, 130, 499, 350, 425, 256, 318, 496]
 QWEN_PROMPT = [2, 40, 41, 42, 43, 40, 41, 42]
+DENSE_PROMPT = [200, 36, 245, 77, 199, 121, 26, 290]  # its first token has p 0.62 at temperature 0.5
 
 
 def _copy_head(path: Path) -> Path:
@@ -57,7 +59,9 @@ KINDS: dict[str, tuple[float, list[int]]] = {  # temperature, prompt
     "prompt_lookup": (1.0, GEMMA4_PROMPT),
     "assistant": (1.0, GEMMA4_PROMPT),
     "in_trunk": (5.0, QWEN_PROMPT),
+    "draft_model": (0.5, DENSE_PROMPT),  # the converted qwen3 drafted by its family's tiny random drafter
 }
+CONVERTED = Path(__file__).parent / "fixtures" / "converted"
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +72,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _model(files: dict[str, Path], kind: str) -> LocalModel:
-    target = files["qwen35" if kind == "in_trunk" else "gemma4"]
+    target = {"in_trunk": files["qwen35"], "draft_model": CONVERTED / "qwen3-f32.gguf"}.get(kind, files["gemma4"])
     drafter = {"prompt_lookup": DrafterSource.prompt_lookup(), "assistant": DrafterSource.file(files["assistant"]),
-               "in_trunk": DrafterSource.IN_TRUNK}[kind]
+               "in_trunk": DrafterSource.IN_TRUNK,
+               "draft_model": DrafterSource.file(CONVERTED / "qwen3-draft-f32.gguf")}[kind]
     lm = LocalModel.load_sync(LocalModelConfig(target, drafter=drafter, draft_tokens=2, threads=1, context_length=64))
     if kind == "in_trunk":
         lm.drafter.n_rank = S.DRAFT_VOCAB_TINY  # type: ignore[union-attr]  # q over a padded draft vocabulary

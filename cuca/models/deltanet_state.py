@@ -95,7 +95,7 @@ class HybridCache:
         self.kv.advance(pos_end)
         every = self.save_every
         if every and self._m == every and pos_end % every == 0:
-            self.saved = self.checkpoint()
+            self.saved = self.snapshot()
 
     def trim(self, n: int) -> None:
         """Forget the last n positions (at most the last batch minus its first token)."""
@@ -113,13 +113,17 @@ class HybridCache:
         self.kv.trim(n)
         self._kept = keep
 
-    def checkpoint(self) -> tuple[int, list[np.ndarray]]:
-        """A copy of the recurrent side (conv windows and states) at the current position (the prompt cache)."""
+    def snapshot(self) -> tuple[int, list[np.ndarray]]:
+        """The state at this point (positions held, conv windows, recurrent states), for `restore`: how a drafter
+        with this cache returns past more than one forward batch, and what the prompt cache keeps of a prompt (K/V
+        rows are only counted, not copied: those before the snapshot must not be rewritten before a restore)."""
         return self.kv.n, [a.copy() for a in (*self.conv, *self.ssm)]
 
-    def restore(self, cp: tuple[int, list[np.ndarray]]) -> None:
-        """Back to a checkpoint of this cache; the K/V rows before its position must not have been rewritten since."""
-        n, arrays = cp
+    def restore(self, snap: tuple[int, list[np.ndarray]]) -> None:
+        """Back to a `snapshot` taken at or before the current position (later K/V rows are forgotten)."""
+        n, arrays = snap
+        if n > self.kv.n:
+            raise ValueError(f"cannot restore a snapshot at {n} positions into a cache holding {self.kv.n}")
         for dst, src in zip((*self.conv, *self.ssm), arrays, strict=True):
             dst[...] = src
         self.kv.n = n

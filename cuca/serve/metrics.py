@@ -54,7 +54,7 @@ class Metrics:
                                                                               d.accepted_per_position)):
             for i, n in enumerate(counts):
                 counter.labels(position=str(i)).inc(n)
-        for kind, _ in d.governor_events:
+        for kind, *_ in d.governor_events:
             self.governor_events.labels(kind=kind).inc()
 
     def text(self) -> bytes:
