@@ -23,6 +23,7 @@ from bench_decode import cuca_decode, cuca_pass, fmt
 from cuca.bench import find_peer
 from cuca.engine import Engine
 from cuca.gguf import open_gguf
+from cuca.kernels import ISA
 from cuca.models import load_model
 from cuca.models.gemma4_assistant import load_assistant
 from cuca.models.layers import Ops
@@ -64,7 +65,9 @@ def main() -> None:
         ours.append(cuca_decode(eng, prompt, a.tokens))
         if peer is not None:
             theirs += peer.decode(tgt, a.tokens)["samples_tps"]
-    print(f"== {tgt.name}  threads={a.threads}  {a.tokens} tokens x {a.reps} reps")
+    print(f"== {tgt.name}  threads={a.threads}  ISA {ISA}  {a.tokens} tokens x {a.reps} reps")
+    if peer is not None:
+        print(f"llama.cpp: {peer.info()}")
     line = f"decode tok/s   cuca {fmt(ours)}"
     if theirs:
         ratio = statistics.median(ours) / statistics.median(theirs)

@@ -17,6 +17,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -78,8 +79,9 @@ def bench_cuca(path: Path, threads: int, n_decode: int, reps: int, prompt: np.nd
             "trim_s": med(back)}
 
 
-def bench_llama(path: Path, threads: int, n_decode: int, reps: int) -> dict[str, float] | str:
-    """llama.cpp's native build (benchmarks/peer/build_llamacpp.sh): llama-bench tg and pp1 / pp4, this run."""
+def bench_llama(path: Path, threads: int, n_decode: int, reps: int) -> dict[str, Any] | str:
+    """llama.cpp's native build (benchmarks/peer/build_llamacpp.sh): llama-bench tg and pp1 / pp4, this run, and
+    which build that is (Peer.info())."""
     from cuca.bench import PeerError, find_peer
 
     peer = find_peer(threads)
@@ -90,7 +92,7 @@ def bench_llama(path: Path, threads: int, n_decode: int, reps: int) -> dict[str,
         pm = peer.pass_ms(path, [1, 4], reps)["ms"]
     except PeerError as e:
         return f"llama.cpp could not run the file: {e}"
-    return {"decode_s": 1 / med(tps), "one_s": pm["1"] / 1e3, "four_s": pm["4"] / 1e3}
+    return {"decode_s": 1 / med(tps), "one_s": pm["1"] / 1e3, "four_s": pm["4"] / 1e3, "peer": peer.info()}
 
 
 def main() -> None:
@@ -110,7 +112,9 @@ def main() -> None:
     c = bench_cuca(a.path, a.threads, a.n_decode, a.reps, prompt)
     gc.collect()
     ll = None if a.no_llama else bench_llama(a.path, a.threads, a.n_decode, a.reps)
-    print(f"\nqwen35 0.8B synthetic Q8_0, {a.threads} threads")
+    from cuca.kernels import ISA
+
+    print(f"\nqwen35 0.8B synthetic Q8_0, {a.threads} threads, cuca ISA {ISA}")
     print(f"{'':28}{'cuca':>12}{'llama.cpp':>12}")
 
     def row(name: str, cv: str, lv: str) -> None:
@@ -126,6 +130,8 @@ def main() -> None:
     row("draft / target step", f"{c['draft_s'] / c['one_s']:.3f}x", "-")
     if isinstance(ll, str):
         print(f"llama.cpp: {ll}")
+    elif lld is not None:
+        print(f"llama.cpp: {lld['peer']}")
 
 
 if __name__ == "__main__":

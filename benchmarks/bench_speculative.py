@@ -81,8 +81,10 @@ def main() -> None:
         }
         print(f"{cat:8s} {p:12.1f} {q:12.1f} {q / p:7.2f}x {(rate or 0):7.0%} {(tpr or 0):9.2f}")
     if isinstance(governor, SpeedGovernor):
-        report["governor_events"] = governor.events
-        print(f"governor decisions: {governor.events}")
+        report["governor_events"] = [list(e) for e in governor.events]
+        report["governor"] = governor.summary()
+        print(f"governor decisions (kind, round, length): {[tuple(e) for e in governor.events]}")
+        print(f"governor model: {governor.summary()}")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(report, fh, indent=1)

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))  # this checkout's cuca, not an installed one
 
 from cuca import bench as B  # noqa: E402
+from cuca.kernels import ISA  # noqa: E402
 
 KERNEL_FORMATS = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
 
@@ -222,7 +223,8 @@ def main() -> None:
     t0 = time.perf_counter()
     results: dict[str, Any] = {}
     md = ["# cuca benchmark report", "",
-          f"threads {a.threads}; {'QUICK settings (machinery check, not figures)' if a.quick else 'full settings'}; "
+          f"threads {a.threads}; ISA {ISA} (cuca.kernels.ISA: the C kernels' build); "
+          f"{'QUICK settings (machinery check, not figures)' if a.quick else 'full settings'}; "
           f"started {time.strftime('%Y-%m-%d %H:%M:%S')}", ""]
     log = B.stderr_log
     for name, pair in PAIRS.items():
@@ -254,8 +256,8 @@ def main() -> None:
     md = md[:4] + summary(results) + [""] + md[4:]
     total = time.perf_counter() - t0
     md.append(f"Total time: {total / 60:.1f} min.")
-    (a.out / "report.json").write_text(json.dumps({"pairs": results, "kernels": kern, "seconds": round(total)},
-                                                  indent=1))
+    (a.out / "report.json").write_text(json.dumps({"isa": ISA, "pairs": results, "kernels": kern,
+                                                   "seconds": round(total)}, indent=1))
     (a.out / "report.md").write_text("\n".join(md) + "\n")
     try:
         done = [r for r in results.values() if "categories" in r]

@@ -1,4 +1,4 @@
-"""Command line: `cuca run`, `cuca chat`, `cuca info`, `cuca pull` (and `cuca generate`, the scriptable form).
+"""Command line: `cuca run`, `cuca chat`, `cuca serve`, `cuca info`, `cuca pull` (and `cuca generate`).
 Builds config objects and prints; no inference logic here. Every error is one line on stderr and exit code 2."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from .gguf import open_gguf
 from .local import LocalModel, LocalModelConfig
 from .models.dialects import check_dialect
 from .models.gemma4_assistant import centroid_layout
+from .serve.cli import add_serve_parser, run_serve
 from .sources import PRESETS, ModelSource, preset_is_local
 from .speculative.stats import RequestDraftStats
 
@@ -33,7 +34,7 @@ def _add_model(p: argparse.ArgumentParser, drafting: bool = True) -> None:
     p.add_argument("model", help="a preset name, hf:owner/repo/file.gguf[@revision], an https URL, or a GGUF path")
     if drafting:
         p.add_argument("--drafter", default=None, help=DRAFTER_HELP)
-        p.add_argument("--draft-tokens", type=int, default=3, help="drafts per speculative round (default 3)")
+        p.add_argument("--draft-tokens", type=int, default=3, help="most drafts per round (default 3)")
     p.add_argument("--threads", type=int, default=0, help="worker threads (default 0: every core)")
     p.add_argument("--context-length", type=int, default=0, help="context window (default: min(4096, trained))")
     p.add_argument("--allow-long-context", action="store_true",
@@ -86,7 +87,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     _add_sampling(g)
     b = add_bench_parser(sub)
-    return ap, {"run": r, "chat": c, "info": i, "pull": p, "presets": ps, "generate": g, "bench": b}
+    sv = add_serve_parser(sub, _add_model)
+    return ap, {"run": r, "chat": c, "info": i, "pull": p, "presets": ps, "generate": g, "bench": b, "serve": sv}
 
 
 # ---- shared pieces ---------------------------------------------------------------------------------------------------
@@ -356,7 +358,7 @@ def _presets(a: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": _run, "chat": _chat, "info": _info, "pull": _pull, "presets": _presets, "generate": _generate,
-            "bench": run_bench}
+            "bench": run_bench, "serve": lambda a: run_serve(a, _load)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

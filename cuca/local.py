@@ -34,7 +34,8 @@ MAX_THREADS = 1 << 16  # what the kernels accept
 @dataclass(frozen=True)
 class LocalModelConfig:
     """What to load and how. Drafting is off unless `drafter` is set (a DrafterSource, or a ModelSource / string
-    naming a drafter file); `threads` 0 uses every core; `context_length` 0 uses min(4096, trained length), and a
+    naming a drafter file) and `draft_tokens` is the most drafts per round (the governor picks 0..draft_tokens
+    per round); `threads` 0 uses every core; `context_length` 0 uses min(4096, trained length), and a
     length past the trained one needs `allow_long_context=True`; `device` a Device or its name (only "cpu" in this
     build)."""
 
@@ -45,6 +46,7 @@ class LocalModelConfig:
     threads: int = 0
     device: Device | str = Device.CPU
     allow_long_context: bool = False
+    prompt_cache: bool = True  # keep the previous request's rows that the next prompt shares (output unchanged)
 
     def validate(self) -> None:
         if not isinstance(self.source, (ModelSource, str, os.PathLike)):
@@ -62,6 +64,8 @@ class LocalModelConfig:
             raise ConfigError(f"threads must be an integer in 0..{MAX_THREADS}, got {self.threads!r}")
         if not is_int(self.draft_tokens) or (self.drafter is not None and self.draft_tokens < 1):
             raise ConfigError(f"draft_tokens must be an integer >= 1 when a drafter is set, got {self.draft_tokens!r}")
+        if not isinstance(self.prompt_cache, bool):
+            raise ConfigError(f"prompt_cache must be True or False, got {self.prompt_cache!r}")
         if not isinstance(self.allow_long_context, bool):
             raise ConfigError(f"allow_long_context must be True or False, got {self.allow_long_context!r}")
         device = Device.parse(self.device)
@@ -109,7 +113,7 @@ class LocalModel:
         self.file = open_gguf(self.path)
         self.tokenizer = Tokenizer.from_gguf(self.file)
         self.model = load_model(self.file, Ops(config.threads or (os.cpu_count() or 1)))
-        self.engine = Engine(self.model, self._context_length(config))
+        self.engine = Engine(self.model, self._context_length(config), config.prompt_cache)
         self.drafter_source = (resolve_auto(DrafterSource.parse(config.drafter), self.model, self.source)
                                if config.drafter is not None else None)
         self.drafter: Drafter | None = None

@@ -12,6 +12,7 @@ from cuca.engine import Engine, Generation
 from cuca.sampling import SamplingParams
 from cuca.speculative import AlwaysDraft, Proposal, RequestDraftStats, SpeculativeDecoder
 from cuca.speculative.drafters import Drafter
+from cuca.speculative.governor import Governor, GovernorEvent
 
 GREEDY = SamplingParams()
 
@@ -27,14 +28,39 @@ def plain(model: Any, prompt: list[int], max_tokens: int, n_ctx: int = 128,
     return list(eng.stream(prompt, max_tokens, GREEDY, stop, gen)), eng, gen
 
 
-def spec(pair: Pair, prompt: list[int], max_tokens: int, k: int, n_ctx: int = 128,
+def spec(pair: Pair, prompt: list[int], max_tokens: int, k: int | Governor, n_ctx: int = 128,
          stop: frozenset[int] = frozenset()) -> tuple[list[int], Engine, Generation, RequestDraftStats]:
-    """Greedy speculative decoding on a fresh engine, drafting every round: (tokens, engine, generation, stats)."""
+    """Greedy speculative decoding on a fresh engine: (tokens, engine, generation, stats). `k` drafts every round
+    (AlwaysDraft); a Governor (a Cycle) picks each round's length instead, up to 16."""
     model, make = pair
     eng = Engine(model, n_ctx)
     gen = Generation()
-    s = SpeculativeDecoder(eng.model, eng.cache, make(eng), AlwaysDraft(), k)
+    governor, n = (AlwaysDraft(), k) if isinstance(k, int) else (k, 16)
+    s = SpeculativeDecoder(eng.model, eng.cache, make(eng), governor, n)
     return list(eng.stream(prompt, max_tokens, GREEDY, stop, gen, s)), eng, gen, s.stats
+
+
+class Cycle:
+    """A Governor that gives the round lengths in `lengths` in turn (capped by the room each round has), and keeps
+    what it was told: variable round lengths, plain rounds among them, must not change a greedy token."""
+
+    event_count = 0
+
+    def __init__(self, lengths: list[int]):
+        self.lengths, self.i = lengths, 0
+        self.rounds: list[tuple[int, int, int]] = []  # (room, length, accepted)
+        self._room = 0
+
+    def decide(self, limit: int, force: bool = False) -> int:
+        self._room, self.i = limit, self.i + 1
+        return min(self.lengths[(self.i - 1) % len(self.lengths)], limit)
+
+    def record(self, depth: int, accepted: int, seconds: float) -> None:
+        self.rounds.append((self._room, depth, accepted))
+        self._room = 0
+
+    def events_since(self, event_count: int) -> list[GovernorEvent]:
+        return []
 
 
 class Scripted:

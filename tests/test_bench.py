@@ -100,7 +100,9 @@ def test_curve_sweep_and_poor_drafter_structure(bench: B.Bench) -> None:
     poor = B.run_poor_drafter(bench, prompts[:1], B.Workload(48, reps=1), warmup=1)
     assert poor["accepted"] == 0
     assert {"plain_tps", "governed_tps", "ratio", "passed", "governor_events_timed"} <= set(poor)
-    assert all(kind in ("spec_on", "spec_off", "probe", "refresh") for kind, _ in poor["governor_events_all"])
+    kinds = ("spec_on", "spec_off", "probe", "refresh", "depth")
+    assert all(kind in kinds for kind, _, _ in poor["governor_events_all"])
+    assert "cost_ms" in poor["governor"] and "modelled_tps" in poor["governor"]
 
 
 def test_cli_json_structure(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -227,3 +229,31 @@ def test_native_peer_runs_when_built() -> None:
     assert d["samples_tps"][0] > 0 and "llama-bench" in d["source"]
     pm = peer.pass_ms(path, [1, 2], 1)
     assert set(pm["ms"]) == {"1", "2"}
+
+
+def test_peer_finds_pinned_builds_and_reports_their_own_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build made with CUCA_PEER_PIN is found under that pin, and Peer.info() names the build's own version (from
+    its BUILD-INFO or folder), not the default pin; a build elsewhere without either says it is unknown."""
+
+    def build(root: Path, info: str | None) -> Path:
+        b = root / "build" / "bin"
+        b.mkdir(parents=True)
+        (b / "llama-bench").write_text("")
+        if info is not None:
+            (root / "BUILD-INFO").write_text(info)
+        return b
+
+    other = build(tmp_path / "llama-cpp-python-0.3.99", "llama-cpp-python 0.3.99\nversion: 1 (abc)\n")
+    monkeypatch.delenv("CUCA_LLAMA_BIN", raising=False)
+    monkeypatch.setenv("CUCA_PEER_CACHE", str(tmp_path))
+    monkeypatch.delenv("CUCA_PEER_PIN", raising=False)
+    assert B.peer_pin() == B.peer.PEER_PIN and B.peer_bin() is None  # only the other pin was built here
+    monkeypatch.setenv("CUCA_PEER_PIN", "0.3.99")
+    assert B.peer_bin() == other
+    info = B.Peer(other, 1).info()
+    assert info["pin"].startswith("llama-cpp-python==0.3.99") and info["build_info"][0] == "llama-cpp-python 0.3.99"
+    folder_only = build(tmp_path / "llama-cpp-python-0.4.0", None)
+    assert B.Peer(folder_only, 1).info()["pin"].startswith("llama-cpp-python==0.4.0")
+    custom = build(tmp_path / "mine", None)
+    monkeypatch.setenv("CUCA_LLAMA_BIN", str(custom))
+    assert B.peer_bin() == custom and B.Peer(custom, 1).info()["pin"].startswith("unknown build")

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from cuca.speculative import DraftStats, RequestDraftStats
+from cuca.speculative.governor import GovernorEvent
 
 
 def test_acceptance_rate_is_none_before_the_first_round() -> None:
@@ -43,7 +44,9 @@ def test_model_totals_add_requests() -> None:
 def test_to_dict_is_json() -> None:
     req = RequestDraftStats()
     req.record_round(2, 1)
-    req.governor_events.append(("spec_on", 4))
+    req.record_depth(2)
+    req.record_depth(0)
+    req.governor_events.append(GovernorEvent("spec_on", 4, 2))
     d = json.loads(json.dumps(req.to_dict()))
     assert d == {
         "rounds": 1,
@@ -53,5 +56,6 @@ def test_to_dict_is_json() -> None:
         "tokens_per_round": 2.0,
         "accepted_per_position": [1, 0],
         "drafted_per_position": [1, 1],
-        "governor_events": [["spec_on", 4]],
+        "rounds_per_depth": [1, 0, 1],
+        "governor_events": [["spec_on", 4, 2]],
     }

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import Pair, oracle_rounds, plain, same_cache, scripted
+from helpers import Cycle, Pair, oracle_rounds, plain, same_cache, scripted
 from helpers import spec as run_spec
 from synth_gemma4 import write_gemma4, write_gemma4_assistant
 
@@ -72,6 +72,19 @@ def test_greedy_with_drafter_equals_plain(pair: Pair, k: int) -> None:
         assert same_cache(peng, seng)
         drafted += stats.drafted
     assert drafted > 0
+
+
+@pytest.mark.parametrize("lengths", [[0, 1, 3, 2, 5, 0, 0, 4, 1, 16, 8], [2, 0]])
+def test_variable_round_lengths_equal_plain(pair: Pair, lengths: list[int]) -> None:
+    """The governor's round length changes every round (plain rounds among them): still plain greedy decoding, with
+    the real drafter and with an oracle that makes every draft count."""
+    for prompt in PROMPTS[:4]:
+        want, peng, _ = plain(pair[0], prompt, 24, 96)
+        for p in (pair, oracle(pair, prompt, want[1:])):
+            gov = Cycle(lengths)
+            got, seng, _, stats = run_spec(p, prompt, 24, gov, 96)
+            assert got == want and same_cache(peng, seng)
+            assert sum(stats.rounds_per_depth) == len(gov.rounds) and all(d <= room for room, d, _ in gov.rounds)
 
 
 @pytest.mark.parametrize("max_tokens", [1, 2, 3, 4, 5, 9])

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import Pair, Scripted, oracle_rounds, plain, same_cache
+from helpers import Cycle, Pair, Scripted, oracle_rounds, plain, same_cache
 from helpers import spec as run_spec
 from synth import write_tiny
 
@@ -38,7 +38,7 @@ def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     return load_model(open_gguf(path), Ops(2))
 
 
-def spec(model: Any, prompt: list[int], max_tokens: int, drafter: Drafter, k: int,
+def spec(model: Any, prompt: list[int], max_tokens: int, drafter: Drafter, k: int | Cycle,
          n_ctx: int = 128) -> tuple[list[int], Any, Any, Any]:
     """helpers.spec with a drafter that needs nothing of the engine."""
     pair: Pair = (model, lambda eng: drafter)
@@ -55,6 +55,27 @@ def test_prompt_lookup_greedy_equals_plain(model, k: int) -> None:  # type: igno
         assert same_cache(peng, seng)
         drafted += stats.drafted
     assert drafted > 0  # the drafter did propose, so verification and rollback were exercised
+
+
+LENGTHS = [[0, 1, 3, 2, 5, 0, 0, 4, 1], [2, 0], [7, 1, 6, 0, 3]]  # the governor's picks, in turn, plain rounds among
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_variable_round_lengths_equal_plain(model, lengths: list[int]) -> None:  # type: ignore[no-untyped-def]
+    """Whatever length the governor picks each round (0 included), greedy output and the cache equal plain
+    decoding: with an oracle (every draft accepted), a wrong drafter (none) and prompt lookup (some)."""
+    for prompt in PROMPTS[:5]:
+        want, peng, _ = plain(model, prompt, 40)
+        for drafter in (Scripted(want[1:], len(prompt) + 1), Scripted(want[1:], len(prompt) + 1, wrong=True),
+                        PromptLookupDrafter()):
+            gov = Cycle(lengths)
+            got, seng, _, stats = spec(model, prompt, 40, drafter, gov)  # type: ignore[arg-type]
+            assert got == want and same_cache(peng, seng)
+            picked = [d for _, d, _ in gov.rounds]
+            assert sum(stats.rounds_per_depth) == len(gov.rounds) and all(d <= room for room, d, _ in gov.rounds)
+            assert stats.rounds_per_depth == [picked.count(d) for d in range(len(stats.rounds_per_depth))]
+            if isinstance(drafter, Scripted) and not drafter.wrong:
+                assert all(a == d for room, d, a in gov.rounds)  # every draft asked for was accepted
 
 
 @pytest.mark.parametrize("max_tokens", [1, 2, 3, 4, 5, 9])

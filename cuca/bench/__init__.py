@@ -34,7 +34,7 @@ from .llama import (
     modelled_speedup,
     run_llama,
 )
-from .peer import Peer, PeerError, find_peer, parse_llama_bench, parse_speculative, peer_bin
+from .peer import Peer, PeerError, build_pin, find_peer, parse_llama_bench, parse_speculative, peer_bin, peer_pin
 from .report import (
     BenchOptions,
     add_bench_arguments,
@@ -55,6 +55,8 @@ __all__ = [
     "parse_llama_bench",
     "parse_speculative",
     "peer_bin",
+    "peer_pin",
+    "build_pin",
     "read_bandwidth",
     "weight_bytes_per_token",
     "AlwaysDraft",

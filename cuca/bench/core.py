@@ -241,7 +241,8 @@ def _sum_stats(runs: Sequence[Run]) -> RequestDraftStats:
             total.drafted += r.stats.drafted
             total.accepted += r.stats.accepted
             for mine, theirs in ((total.drafted_per_position, r.stats.drafted_per_position),
-                                 (total.accepted_per_position, r.stats.accepted_per_position)):
+                                 (total.accepted_per_position, r.stats.accepted_per_position),
+                                 (total.rounds_per_depth, r.stats.rounds_per_depth)):
                 mine.extend([0] * (len(theirs) - len(mine)))
                 for i, c in enumerate(theirs):
                     mine[i] += c
@@ -260,7 +261,13 @@ def _draft_summary(runs: Sequence[Run]) -> dict[str, Any]:
         "rounds": s.rounds, "drafted": s.drafted, "accepted": s.accepted,
         "acceptance_per_position": [_rnd(a / d if d else None) for a, d in
                                     zip(s.accepted_per_position, s.drafted_per_position, strict=True)],
+        "rounds_per_depth": s.rounds_per_depth,  # index k: rounds given k drafts (0: plain steps)
     }
+
+
+def _governor_summary(governor: Governor) -> dict[str, Any]:
+    """The governor's model at the end (per round length: cost, expected tokens, modelled tok/s), if it has one."""
+    return {"governor": governor.summary()} if isinstance(governor, SpeedGovernor) else {}
 
 
 # ---- sections -----------------------------------------------------------------------------------------------------
@@ -310,7 +317,7 @@ def run_categories(b: Bench, prompts: dict[str, list[str]], work: Workload, gove
         }
     events = governor.events if isinstance(governor, SpeedGovernor) else []
     return {"categories": out, "exact": exact, "governed": governed, "controlled_probability": controlled,
-            "governor_events": [[k, i] for k, i in events]}
+            "governor_events": [list(e) for e in events], **_governor_summary(governor)}
 
 
 def run_sweep(b: Bench, prompts: list[str], values: Sequence[int], max_tokens: int, controlled: float | None = None,
@@ -388,8 +395,9 @@ def run_poor_drafter(b: Bench, prompts: list[str], work: Workload, warmup: int =
         "plain_tps": _rnd(median(plain), 2), "governed_tps": _rnd(median(gov), 2),
         "plain_tps_range": spread(plain), "governed_tps_range": spread(gov),
         "ratio": _rnd(ratio), "target": 0.98, "passed": bool(ratio >= 0.98),
-        "governor_events_timed": [[k, i] for k, i in governor.events_since(mark)],
-        "governor_events_all": [[k, i] for k, i in governor.events], **_draft_summary(runs),
+        "governor_events_timed": [list(e) for e in governor.events_since(mark)],
+        "governor_events_all": [list(e) for e in governor.events], **_draft_summary(runs),
+        **_governor_summary(governor),
     }
 
 

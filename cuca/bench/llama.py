@@ -60,8 +60,9 @@ def _spec_runs(peer: Peer, b: Bench, stype: str, texts: Sequence[str], n: int, l
 
 def run_llama(b: Bench, prompts: dict[str, list[str]], work: Workload, ms: Sequence[int], pass_reps: int = 5,
               log: Log = _quiet) -> dict[str, Any]:
-    """llama.cpp's native build on the same file, interleaved with cuca plain runs: per category plain decode and
-    its own speculation on the same pair (where it has a counterpart of the drafter); the cost of M-row passes."""
+    """llama.cpp's native build on the same file, interleaved with cuca plain runs: plain decode (llama-bench tg, one
+    figure: it decodes no prompt, so a category would only repeat it), per category its own speculation on the same
+    pair (where it has a counterpart of the drafter); the cost of M-row passes."""
     reps, max_tokens = work.reps, work.max_tokens
     peer = find_peer(b.threads)
     if peer is None:
@@ -70,26 +71,27 @@ def run_llama(b: Bench, prompts: dict[str, list[str]], work: Workload, ms: Seque
     try:
         cats: dict[str, Any] = {}
         plain_src = spec_note = None
+        plain: list[float] = []
+        cuca_plain: list[float] = []
         for cat, texts in prompts.items():
-            plain, cuca_plain = [], []
             for _ in range(reps):
                 for text in texts:
                     cuca_plain.append(b.plain(b.encode(text), max_tokens).tps)
                     d = peer.decode(b.path, max_tokens)
                     plain += d["samples_tps"]
                     plain_src = d["source"]
-            c: dict[str, Any] = {"plain_tps": _rnd(median(plain), 2), "plain_tps_range": spread(plain),
-                                 "cuca_plain_tps_same_time": _rnd(median(cuca_plain), 2),
-                                 "cuca_over_llama_plain": _rnd(median(cuca_plain) / median(plain)),
-                                 "plain_source": plain_src}
+            c: dict[str, Any] = {}
             if stype is not None and spec_note is None:
                 try:
-                    s = _spec_runs(peer, b, stype, texts, max_tokens, log)
-                    c.update(s, speedup=_rnd(s["spec_tps"] / c["plain_tps"]) if s["spec_tps"] else None)
+                    c.update(_spec_runs(peer, b, stype, texts, max_tokens, log))
                 except PeerError as e:  # this llama.cpp version may not run the pair
                     spec_note = f"llama-speculative-simple --spec-type {stype} could not run this pair: {e}"[:400]
             cats[cat] = c
-            log(f"  llama.cpp {cat:5s}: plain {median(plain):6.2f} tok/s")
+        plain_tps = median(plain)
+        for c in cats.values():
+            if c.get("spec_tps"):
+                c["speedup"] = _rnd(c["spec_tps"] / plain_tps)
+        log(f"  llama.cpp plain (llama-bench tg{max_tokens}): {plain_tps:6.2f} tok/s")
         theirs = peer.pass_ms(b.path, ms, pass_reps)
     except PeerError as e:
         return {"skipped": f"llama.cpp (native) could not run {b.path.name}: {e}"[:500], "peer": peer.info()}
@@ -101,10 +103,13 @@ def run_llama(b: Bench, prompts: dict[str, list[str]], work: Workload, ms: Seque
           "cuca (last row's logits)": {str(m): round(v, 3) for m, v in ours_last.items()}}
     rounds = [c for c in cats.values() if c.get("round_ms")]
     return {
+        "plain": {"label": f"tg{max_tokens}", "plain_tps": _rnd(plain_tps, 2), "plain_tps_range": spread(plain),
+                  "cuca_plain_tps_same_time": _rnd(median(cuca_plain), 2),
+                  "cuca_over_llama_plain": _rnd(median(cuca_plain) / plain_tps), "source": plain_src},
         "categories": cats, "peer": peer.info(), "spec_skipped": spec_note if stype else
         f"llama.cpp has no counterpart of the {b.drafter_kind} drafter here",
         "spec_round_ms": _rnd(median([c["round_ms"] for c in rounds]), 3) if rounds else None,
-        "plain_step_ms": _rnd(1e3 / median([c["plain_tps"] for c in cats.values()]), 3) if cats else None,
+        "plain_step_ms": _rnd(1e3 / plain_tps, 3),
         "pass_ms": pm,
         "pass_cost": {who: {m: round(v / t["1"], 3) for m, v in t.items()} for who, t in pm.items() if "1" in t},
         "provenance": {"llama.cpp pass_ms": theirs["source"],

@@ -25,14 +25,31 @@ class PeerError(RuntimeError):
     """A peer tool failed or printed something this parser does not know."""
 
 
+def peer_pin() -> str:
+    """The llama-cpp-python version the build script builds: $CUCA_PEER_PIN (as the script reads it), else PEER_PIN."""
+    return os.environ.get("CUCA_PEER_PIN") or PEER_PIN
+
+
 def peer_bin() -> Path | None:
-    """The folder with the native tools: $CUCA_LLAMA_BIN, else the build script's cache folder; None if absent."""
+    """The folder with the native tools: $CUCA_LLAMA_BIN, else the build script's cache folder for peer_pin();
+    None if absent."""
     env = os.environ.get("CUCA_LLAMA_BIN")
     cache = Path(os.environ.get("CUCA_PEER_CACHE", "~/.cache/cuca-peer")).expanduser()
-    for d in ([Path(env)] if env else []) + [cache / f"llama-cpp-python-{PEER_PIN}" / "build" / "bin"]:
+    for d in ([Path(env)] if env else []) + [cache / f"llama-cpp-python-{peer_pin()}" / "build" / "bin"]:
         if (d / "llama-bench").is_file():
             return d
     return None
+
+
+def build_pin(bin_dir: Path, build_info: list[str] | None) -> str | None:
+    """Which llama-cpp-python version a build came from: the first line of its BUILD-INFO ("llama-cpp-python X",
+    written by the build script), else its folder's name (llama-cpp-python-X/build/bin); None if neither says."""
+    if build_info:
+        m = re.fullmatch(r"llama-cpp-python\s+(\S+)", build_info[0].strip())
+        if m:
+            return m.group(1)
+    m = re.fullmatch(r"llama-cpp-python-(.+)", bin_dir.parent.parent.name)
+    return m.group(1) if m and bin_dir.name == "bin" and bin_dir.parent.name == "build" else None
 
 
 def parse_llama_bench(text: str) -> list[dict[str, Any]]:
@@ -86,10 +103,14 @@ class Peer:
     threads: int
 
     def info(self) -> dict[str, Any]:
+        """Where the tools are and which build they are (the pin read from the build itself, not assumed)."""
         f = self.bin.parent.parent / "BUILD-INFO"
-        return {"bin": str(self.bin), "pin": f"llama-cpp-python=={PEER_PIN} (vendored llama.cpp)",
-                "build_info": f.read_text().strip().splitlines() if f.is_file() else None,
-                "built_by": BUILD_SCRIPT}
+        lines = f.read_text().strip().splitlines() if f.is_file() else None
+        pin = build_pin(self.bin, lines)
+        return {"bin": str(self.bin),
+                "pin": f"llama-cpp-python=={pin} (vendored llama.cpp)" if pin else
+                f"unknown build (no BUILD-INFO or llama-cpp-python-<version> folder around {self.bin})",
+                "build_info": lines, "built_by": BUILD_SCRIPT}
 
     def _run(self, tool: str, args: Sequence[str]) -> tuple[str, str]:
         cmd = [str(self.bin / tool), *args]

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels import ISA as KERNEL_ISA
 from .bandwidth import achieved, read_bandwidth, weight_bytes_per_token
 from .core import (
     ACCEPTANCE_SHAPE,
@@ -38,6 +39,14 @@ from .core import (
     stderr_log,
 )
 from .llama import llama_at_acceptance, run_llama
+
+
+def _load() -> list[float] | None:
+    """The 1/5/15-minute load averages at the start (other processes on the cores make figures noisy)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 @dataclass
@@ -72,7 +81,8 @@ def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
     res: dict[str, Any] = {
         "name": o.name or b.path.name, "model": b.path.name, "arch": b.arch, "drafter": b.drafter_name,
         "draft_tokens": o.draft_tokens, "threads": b.threads, "max_tokens": o.max_tokens, "reps": o.reps,
-        "prompts_per_category": o.prompts_per_category, "cpu_count": os.cpu_count(),
+        "prompts_per_category": o.prompts_per_category, "cpu_count": os.cpu_count(), "isa": KERNEL_ISA,
+        "load_average": _load(),
     }
     log(f"== {res['name']}: {b.path.name} ({b.arch}), drafter {b.drafter_name}, threads {b.threads}")
     if b.lm.drafter is not None:
@@ -104,6 +114,7 @@ def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
         res["bandwidth"] = _bandwidth(res, b.path, b.threads)
     b.close()
     res["seconds"] = round(time.perf_counter() - t0, 1)
+    res["load_average_end"] = _load()
     return res
 
 
@@ -113,7 +124,7 @@ def _bandwidth(res: dict[str, Any], path: Path, threads: int) -> dict[str, Any]:
     per_tok = weight_bytes_per_token(path)
     cats = res.get("categories", {}).values()
     cuca_tps = median([c["plain_tps"] for c in cats if c.get("plain_tps")])
-    llama_tps = median([c["llama_plain_tps"] for c in cats if c.get("llama_plain_tps")])
+    llama_tps = res.get("llama", {}).get("plain", {}).get("plain_tps") or float("nan")
     gbs = bw.get("gbs")
     return {"read": bw, "weight_bytes_per_token": per_tok,
             "cuca": {"plain_tps": _rnd(cuca_tps, 2), **achieved(per_tok, cuca_tps, gbs)},
@@ -129,7 +140,6 @@ def _attach_llama(res: dict[str, Any]) -> None:
     for cat, c in llama.get("categories", {}).items():
         mine = res.get("categories", {}).get(cat)
         if mine is not None:
-            mine["llama_plain_tps"] = c.get("plain_tps")
             if c.get("spec_tps") is not None:
                 mine["llama_spec_tps"] = c["spec_tps"]
                 mine["llama_speedup"] = c.get("speedup")
@@ -155,25 +165,30 @@ def _f(x: Any, fmt: str = "{:.2f}") -> str:
 
 def format_report(res: dict[str, Any]) -> str:
     lines = [f"== {res['name']}: {res['model']} ({res['arch']})  drafter {res.get('drafter')}  "
-             f"draft_tokens {res['draft_tokens']}  threads {res['threads']}  {res['max_tokens']} tokens x "
-             f"{res['reps']} reps x {res['prompts_per_category']} prompts"]
+             f"draft_tokens {res['draft_tokens']}  threads {res['threads']}  ISA {res.get('isa', '?')}  "
+             f"{res['max_tokens']} tokens x {res['reps']} reps x {res['prompts_per_category']} prompts  "
+             f"load average {res.get('load_average')} -> {res.get('load_average_end')}"]
     if res.get("controlled_probability") is not None:
         lines.append(f"controlled acceptance: P = {res['controlled_probability']:.3f} per draft")
     if res.get("acceptance_shape"):
         lines.append(res["acceptance_shape"])
     lines.append(f"{'category':8s} {'plain tok/s':>20s} {'spec tok/s':>20s} {'speedup':>8s} {'accept':>7s} "
-                 f"{'tok/round':>9s} {'llama plain':>11s} {'llama spec':>10s} {'llama x':>8s}")
+                 f"{'tok/round':>9s} {'rounds per length k=0..':>24s} {'llama spec':>10s} {'llama x':>8s}")
     for cat, c in res.get("categories", {}).items():
         pr, sr = c.get("plain_tps_range") or [0, 0], c.get("spec_tps_range") or [0, 0]
         pl = f"{_f(c.get('plain_tps'), '{:.1f}')} ({pr[0]:.1f}-{pr[1]:.1f})"
         sp = f"{_f(c.get('spec_tps'), '{:.1f}')} ({sr[0]:.1f}-{sr[1]:.1f})" if c.get("spec_tps") is not None else "-"
         lines.append(f"{cat:8s} {pl:>20s} {sp:>20s} {_f(c.get('speedup'), '{:.2f}x'):>8s} "
                      f"{_f(c.get('acceptance_rate'), '{:.0%}'):>7s} {_f(c.get('tokens_per_round')):>9s} "
-                     f"{_f(c.get('llama_plain_tps')):>11s} {_f(c.get('llama_spec_tps')):>10s} "
+                     f"{str(c.get('rounds_per_depth', '-')):>24s} {_f(c.get('llama_spec_tps')):>10s} "
                      f"{_f(c.get('llama_speedup'), '{:.2f}x'):>8s}")
     if "exact" in res:
         lines.append(f"greedy output equal to plain decoding: {res['exact']}; governed: {res.get('governed')}; "
-                     f"governor decisions: {res.get('governor_events')}")
+                     f"governor decisions (kind, round, length): {res.get('governor_events')}")
+    gm = res.get("governor")
+    if gm:
+        lines.append(f"governor model at the end: cost per round ms {gm['cost_ms']}, acceptance per position "
+                     f"{gm['acceptance']}, modelled tok/s {gm['modelled_tps']}, length {gm['depth']}")
     if "sweep" in res:
         sw = res["sweep"]
         pts = "  ".join(f"n={p['draft_tokens']}: {_f(p['spec_tps'])} ({_f(p['speedup'], '{:.2f}x')})"
@@ -208,6 +223,12 @@ def format_report(res: dict[str, Any]) -> str:
     elif llama and "pass_cost" in llama:
         pk = llama.get("peer", {})
         lines.append(f"llama.cpp: native build {pk.get('pin')} at {pk.get('bin')}")
+        lp = llama.get("plain")
+        if lp:
+            lines.append(f"llama.cpp plain decode (llama-bench {lp['label']}, one figure for every category: it "
+                         f"decodes no prompt): {_f(lp['plain_tps'])} tok/s ({lp['plain_tps_range'][0]:.1f}-"
+                         f"{lp['plain_tps_range'][1]:.1f}); cuca plain at the same time "
+                         f"{_f(lp['cuca_plain_tps_same_time'])} = {_f(lp['cuca_over_llama_plain'], '{:.2f}x')}")
         if llama.get("spec_skipped"):
             lines.append(f"llama.cpp speculation: {llama['spec_skipped']}")
         pc = llama["pass_cost"]

@@ -10,7 +10,7 @@ every row the target commits (the prompt's included) through one `commit(tokens,
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -27,8 +27,9 @@ from .verify import Verdict, verify, verify_greedy
 
 
 def round_size(draft_tokens: int, remaining: int, pos: int, cache: Cache) -> int:
-    """Drafts this round: fewer near max_tokens (a round emits drafts + 1), near the context end (drafts + the fed
-    token must fit), and never more than the cache can roll back."""
+    """The most drafts this round has room for (the governor picks how many, 0..this): draft_tokens, fewer near
+    max_tokens (a round emits drafts + 1), near the context end (drafts + the fed token must fit), and never more
+    than the cache can roll back."""
     n = min(draft_tokens, remaining - 1, cache.n_ctx - pos - 1)
     if cache.max_rollback is not None:
         n = min(n, cache.max_rollback)
@@ -36,8 +37,9 @@ def round_size(draft_tokens: int, remaining: int, pos: int, cache: Cache) -> int
 
 
 class SpeculativeDecoder:
-    """One request's speculative decoding on `model` and its `cache`: `drafter` proposes up to `draft_tokens` per
-    round while `governor` says so; `stats` collects the request's drafting."""
+    """One request's speculative decoding on `model` and its `cache`: each round `governor` picks how many drafts
+    (0..draft_tokens, 0 being a plain step) and `drafter` proposes them; `stats` collects the request's drafting.
+    `clock` (seconds) times the rounds for the governor."""
 
     def __init__(self, model: Model, cache: Cache, drafter: Drafter, governor: Governor, draft_tokens: int = 3):
         if not isinstance(draft_tokens, int) or draft_tokens < 1:
@@ -45,26 +47,34 @@ class SpeculativeDecoder:
         self.model, self.cache, self.drafter, self.governor = model, cache, drafter, governor
         self.draft_tokens = draft_tokens
         self.stats = RequestDraftStats()
+        self.clock: Callable[[], float] = time.perf_counter
 
-    def generate(self, prompt: list[int], max_tokens: int, params: SamplingParams,
-                 rng: np.random.Generator) -> Iterator[int]:
-        """Prefill `prompt` (the cache must be empty), then yield max_tokens tokens, the first from the prefill;
-        the caller may stop iterating at a stop token: nothing after it is committed."""
-        fed, pos, emitted = self._prefill(prompt, params, rng), len(prompt), 1
+    def resume(self, prompt: list[int], keep: int, params: SamplingParams, rng: np.random.Generator) -> int:
+        """The prompt cache offers `keep` rows of `prompt` already in the target's cache: the drafter resumes on as
+        many of them as its own state agrees with (0 when it cannot resume: a cold start)."""
+        fn = getattr(self.drafter, "resume", None)
+        return int(fn(prompt, keep, params, rng)) if fn is not None and keep > 0 else 0
+
+    def generate(self, prompt: list[int], max_tokens: int, params: SamplingParams, rng: np.random.Generator,
+                 start: int = 0) -> Iterator[int]:
+        """Prefill `prompt` (the cache holds its first `start` rows, and the drafter was resumed on them; 0: the
+        cache is empty), then yield max_tokens tokens, the first from the prefill; the caller may stop iterating at
+        a stop token: nothing after it is committed."""
+        fed, pos, emitted = self._prefill(prompt, params, rng, start), len(prompt), 1
         yield fed
         force = params.seed is not None and not params.greedy  # seeded sampling drafts every round: reproducible
         mark = self.governor.event_count
         try:
             while emitted < max_tokens:
-                n = round_size(self.draft_tokens, max_tokens - emitted, pos, self.cache)
-                t0 = time.perf_counter()
-                proposal = self.drafter.propose(n) if n > 0 and self.governor.decide(force) else Proposal([])
-                proposal = _first(proposal, n)
+                limit = round_size(self.draft_tokens, max_tokens - emitted, pos, self.cache)
+                t0 = self.clock()
+                depth = min(max(self.governor.decide(limit, force), 0), limit) if limit > 0 else 0
+                proposal = _first(self.drafter.propose(depth), depth) if depth > 0 else Proposal([])
                 verdict = self._verify(fed, pos, proposal, params, rng)
-                drafted = len(proposal.tokens)
-                self.governor.record(drafted > 0, len(verdict.tokens), time.perf_counter() - t0)
-                if drafted:
-                    self.stats.record_round(drafted, verdict.n_accepted)
+                self.governor.record(depth, verdict.n_accepted, self.clock() - t0)
+                self.stats.record_depth(depth)
+                if proposal.tokens:
+                    self.stats.record_round(len(proposal.tokens), verdict.n_accepted)
                 yield from verdict.tokens
                 emitted += len(verdict.tokens)
                 pos += 1 + verdict.n_accepted
@@ -72,11 +82,13 @@ class SpeculativeDecoder:
         finally:  # also when the caller stops at a stop token
             self.stats.governor_events += self.governor.events_since(mark)
 
-    def _prefill(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> int:
-        """The prompt through the target, its rows committed to the drafter; returns the first token."""
-        self.drafter.begin(prompt, params, rng)
+    def _prefill(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator, start: int) -> int:
+        """The prompt (from row `start`) through the target, its rows committed to the drafter; returns the first
+        token."""
+        if start == 0:
+            self.drafter.begin(prompt, params, rng)
         last: tuple[np.ndarray, np.ndarray] | None = None
-        for rows in prefill_rows(self.model, self.cache, prompt):
+        for rows in prefill_rows(self.model, self.cache, prompt[start:]):
             if last is not None:  # row p is followed by prompt[p + 1]
                 self.drafter.commit(prompt[int(last[0][0]) + 1 : int(last[0][-1]) + 2], *last)
             last = rows

@@ -1,16 +1,26 @@
-"""The governor: draft only while drafting is measurably faster than plain decoding.
+"""The governor: draft only while drafting is measurably faster than plain decoding, and pick each round's length.
 
-It keeps one exponential moving average of tokens per second for plain rounds and one for speculative rounds (a
-round's rate is the tokens it emitted over its duration), and runs this schedule:
-  * measure plain first (WARMUP_ROUNDS plain rounds), then speculative (WARMUP_ROUNDS speculative rounds);
-  * draft while spec >= SPEEDUP * plain, checked after every round; after every REFRESH_EVERY speculative rounds,
-    refresh the plain estimate with REFRESH_ROUNDS plain rounds;
-  * while plain is faster, re-probe with PROBE_ROUNDS speculative rounds after `interval` plain rounds; the
+Measurements (kept as long as the Governor, one per model, across requests):
+  * the cost of a round with k drafts (the drafter's k steps plus a verify pass of M = k + 1 rows; k = 0 is a plain
+    step), one moving average of seconds per k (per M), a slow sample's pull on it clamped so that one stalled
+    round (another process on the core) cannot swing a decision; a length never timed is interpolated;
+  * the acceptance at each draft position j, conditional on reaching it (the drafts before it all accepted): a_j.
+A round with k drafts is then expected to emit E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j tokens, so its modelled rate
+is E(k) / cost(k), and the best length k* maximises it over 1..draft_tokens (draft_tokens is a maximum).
+
+On top of that the product page's on/off schedule, with "speculation" meaning the rate at k*:
+  * measure plain first (WARMUP_ROUNDS plain rounds), then speculation (WARMUP_ROUNDS rounds at full length);
+  * draft while rate(k*) >= SPEEDUP * plain rate, checked after every round; after every REFRESH_EVERY drafting
+    rounds, refresh the plain cost with REFRESH_ROUNDS plain rounds; draft once at each length not yet timed, and
+    every DEPTH_PROBE_EVERY drafting rounds one longer or one shorter than k* (in turn), so that the next
+    position's acceptance and the neighbouring costs stay measured;
+  * while plain is faster, re-probe with PROBE_ROUNDS rounds at the best length after `interval` plain rounds; the
     interval starts at PROBE_FIRST, doubles after each failed probe up to PROBE_MAX, and a successful probe resets it.
-A refresh or a probe restarts its average, so two fresh rounds decide instead of an estimate gone stale over tens
-of rounds. A request with a fixed seed and temperature > 0 drafts every round (`force`) so that equal prompts
-reproduce equal tokens; its rounds still feed the averages but do not advance the schedule. The state lives as
-long as the Governor, one per model, across requests.
+    A probe fades the acceptance averages to PROBE_ROUNDS rounds' worth, so that its fresh rounds weigh as much as
+    the stale history (which a restart would throw away, and two rounds alone are too few to decide on).
+A request with a fixed seed and temperature > 0 drafts the full length every round (`force`) so that equal prompts
+reproduce equal tokens; its rounds still feed the measurements but do not advance the schedule. The decisions are
+logged as events (kind, round index, round length) that each request copies into its stats.
 """
 
 from __future__ import annotations
@@ -18,9 +28,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
-ALPHA = 0.1  # weight of the newest round: ~10 rounds of memory, smoothing the 1..n+1 tokens a spec round emits
+ALPHA = 0.05  # weight of the newest acceptance outcome: ~20 rounds of memory (a reply is tens of rounds)
+COST_ALPHA = 0.3  # weight of the newest round cost: a round's cost barely varies, so a few rounds settle it
+COST_CLAMP = 0.25  # a slower sample moves its average up by at most alpha x this fraction of it (stalls are not costs)
 WARMUP_ROUNDS = 2
 SPEEDUP = 1.02
 REFRESH_EVERY = 64
@@ -28,7 +40,19 @@ REFRESH_ROUNDS = 2
 PROBE_FIRST = 32
 PROBE_ROUNDS = 2
 PROBE_MAX = 512
+DEPTH_PROBE_EVERY = 16
+PRIOR_ROUNDS = 2  # how many rounds' weight a deeper position's acceptance gives the position before it
+DEPTH_MARGIN = 1.01  # another length replaces the current one only when modelled this much faster (no dithering)
 EVENTS_KEPT = 4096  # the log is bounded: a model may serve requests for days
+
+
+class GovernorEvent(NamedTuple):
+    """A decision: `kind` ("spec_on", "spec_off", "probe", "refresh", "depth"), the index of the first round it
+    applies to (counted over the governor's lifetime), and the round length it sets (0: plain rounds)."""
+
+    kind: str
+    round: int
+    depth: int
 
 
 class MovingAverage:
@@ -51,40 +75,134 @@ class MovingAverage:
     def restart(self) -> None:
         self.value, self.count, self._weight = None, 0, 0.0
 
+    def fade(self, count: int) -> None:
+        """Keep the value but weigh it as `count` samples (if it has more), so that new samples count for more."""
+        if self.count > count:
+            self.count, self._weight = count, 1.0 - (1.0 - self.alpha) ** count
+
+
+class CostAverage:
+    """Seconds per round: the first sample as is, then an exponential moving average whose upward steps are clamped
+    to `clamp` times the current value. Asymmetric on purpose: a stall (another process on the core, a page fault)
+    only ever lengthens a round, so a slow sample may be noise but a fast one is not."""
+
+    def __init__(self, alpha: float = COST_ALPHA, clamp: float = COST_CLAMP):
+        self.alpha, self.clamp = alpha, clamp
+        self.value: float | None = None
+        self.count = 0
+
+    def add(self, seconds: float) -> None:
+        if self.value is None:
+            self.value = seconds
+        else:
+            self.value += self.alpha * min(seconds - self.value, self.clamp * self.value)
+        self.count += 1
+
+
+def expected_tokens(acceptance: list[float], k: int) -> float:
+    """E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j: the tokens a round with k drafts emits on average, `acceptance[j-1]`
+    being a_j."""
+    total, reach = 1.0, 1.0
+    for a in acceptance[:k]:
+        reach *= a
+        total += reach
+    return total
+
 
 class Governor(Protocol):
-    """What the speculative rounds ask of a governor: `decide(force)` before a round (draft this round?),
-    `record(drafted, n_tokens, seconds)` after it; `events_since(event_count)`, the decisions logged since
-    `event_count` was read (kept in the request's stats)."""
+    """What the speculative rounds ask of a governor: `decide(limit, force)` before a round (how many drafts, in
+    0..limit), `record(depth, accepted, seconds)` after it (the drafts asked for, how many were accepted, the round's
+    duration); `events_since(event_count)`, the decisions logged since `event_count` was read (kept in the request's
+    stats)."""
 
     @property
     def event_count(self) -> int: ...
 
-    def decide(self, force: bool = False) -> bool: ...
+    def decide(self, limit: int, force: bool = False) -> int: ...
 
-    def record(self, drafted: bool, n_tokens: int, seconds: float) -> None: ...
+    def record(self, depth: int, accepted: int, seconds: float) -> None: ...
 
-    def events_since(self, event_count: int) -> list[tuple[str, int]]: ...
+    def events_since(self, event_count: int) -> list[GovernorEvent]: ...
 
 
 class SpeedGovernor:
-    """The Governor that drafts only while that is faster (the schedule above). Call `decide(force)` before a
-    round, then `record(drafted, n_tokens, seconds)` after it, or bracket the round with `begin_round(drafting)` /
-    `end_round(n_tokens)` to time it with `clock`."""
+    """The Governor that drafts only while that is faster, at the best round length (the schedule above). Call
+    `decide(limit, force)` before a round, then `record(depth, accepted, seconds)` after it, or bracket the round
+    with `begin_round(depth)` / `end_round(accepted)` to time it with `clock`."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter):
         self.clock = clock
-        self.plain = MovingAverage(ALPHA)  # tokens per second of plain rounds
-        self.spec = MovingAverage(ALPHA)  # tokens per second of speculative rounds
+        self.costs: dict[int, CostAverage] = {}  # round length k -> seconds per round (k = 0: a plain step)
+        self.accept: list[MovingAverage] = []  # accept[j - 1]: a_j, acceptance at draft position j once reached
+        self.max_depth = 0  # the longest round the decoder has allowed (its draft_tokens)
+        self.depth = 0  # the round length the schedule drafts at while drafting
         self.rounds = 0  # rounds recorded over the governor's lifetime; events are indexed by it
         self.interval = PROBE_FIRST  # plain rounds before the next probe
         # phase: "measure_plain" -> "measure_spec" -> "drafting" <-> "plain"
         self._phase = "measure_plain"
         self._left = WARMUP_ROUNDS  # rounds left in the current measurement, refresh or probe (0: none running)
         self._count = 0  # schedule rounds since drafting turned on, the last refresh, or the last probe
-        self._events: deque[tuple[str, int]] = deque(maxlen=EVENTS_KEPT)
+        self._probe_depth = 0
+        self._pending: int | None = None  # the length decide() returned for the schedule (None: forced, or none)
+        self._events: deque[GovernorEvent] = deque(maxlen=EVENTS_KEPT)
         self.event_count = 0  # events ever logged; a request notes it at its start, then calls events_since
-        self._began: tuple[bool, float] | None = None
+        self._began: tuple[int, float] | None = None
+
+    # ---- the model -------------------------------------------------------------------------------------------------
+    def acceptance(self, n: int | None = None) -> list[float]:
+        """a_1..a_n (default: up to max_depth). a_1 is its average (1.0 before any: optimistic, so that a drafter
+        gets measured at all); a deeper position, reached less often, leans towards the one before it as if that
+        one had been seen PRIOR_ROUNDS more times, so a few unlucky rounds there cannot rule out longer rounds."""
+        out: list[float] = []
+        for j in range(self.max_depth if n is None else n):
+            avg = self.accept[j] if j < len(self.accept) else None
+            seen, mean = (avg.count, avg.value) if avg is not None and avg.value is not None else (0, 0.0)
+            if j == 0:
+                out.append(mean if seen else 1.0)
+            else:
+                out.append((seen * mean + PRIOR_ROUNDS * out[-1]) / (seen + PRIOR_ROUNDS))
+        return out
+
+    def cost(self, k: int) -> float | None:
+        """Modelled seconds of a round with k drafts: its own average, else linear between the nearest timed lengths
+        around it, else extrapolated along the last two (flat when only one is timed); None before any timing."""
+        timed = sorted(d for d, c in self.costs.items() if c.value is not None)
+        if not timed:
+            return None
+        value = {d: float(self.costs[d].value or 0.0) for d in timed}
+        if k in value:
+            return value[k]
+        below, above = [d for d in timed if d < k], [d for d in timed if d > k]
+        if below and above:
+            lo, hi = below[-1], above[0]
+        elif len(timed) >= 2:
+            lo, hi = (timed[-2], timed[-1]) if below else (timed[0], timed[1])
+        else:
+            return value[timed[0]]
+        return max(value[lo] + (value[hi] - value[lo]) * (k - lo) / (hi - lo), 1e-9)
+
+    def rate(self, k: int) -> float | None:
+        """Modelled tokens per second of rounds with k drafts, E(k) / cost(k); None before any timing."""
+        c = self.cost(k)
+        return None if c is None else expected_tokens(self.acceptance(k), k) / max(c, 1e-9)
+
+    def best(self, limit: int | None = None) -> tuple[int, float | None]:
+        """The length in 1..limit (default max_depth) with the highest modelled rate, and that rate; the current
+        length is kept unless another beats it by DEPTH_MARGIN."""
+        top = self.max_depth if limit is None else min(limit, self.max_depth)
+        if top < 1:
+            return 0, None
+        rates = {k: self.rate(k) for k in range(1, top + 1)}
+        k = max(rates, key=lambda d: (rates[d] or 0.0, -d))
+        cur = min(max(self.depth, 1), top)
+        if (rates[cur] or 0.0) * DEPTH_MARGIN >= (rates[k] or 0.0):
+            k = cur
+        return k, rates[k]
+
+    def _faster(self) -> bool:
+        _, spec = self.best()
+        plain = self.rate(0) if 0 in self.costs else None
+        return spec is not None and plain is not None and spec >= SPEEDUP * plain
 
     # ---- the decision ------------------------------------------------------------------------------------------
     @property
@@ -98,57 +216,106 @@ class SpeedGovernor:
             return self._left == 0  # a refresh runs plain rounds
         return self._left > 0  # plain: only a probe drafts
 
-    def decide(self, force: bool = False) -> bool:
-        """Draft this round? `force` (fixed seed, temperature > 0) always drafts."""
-        return True if force else self.drafting
+    def decide(self, limit: int, force: bool = False) -> int:
+        """How many drafts this round, in 0..limit (the room the round has). `force` (fixed seed, temperature > 0)
+        drafts `limit`: the round lengths must not depend on timing for the tokens to reproduce."""
+        self.max_depth = max(self.max_depth, limit)
+        self._pending = None
+        if limit < 1:
+            return 0
+        if force:
+            return limit
+        if not self.drafting:
+            k = 0
+        elif self._phase == "measure_spec":
+            k = limit
+        elif self._phase == "plain":  # a probe
+            k = min(self._probe_depth, limit)
+        else:
+            k, rate = self.best(limit)
+            plain = self.rate(0)
+            if limit < self.depth and rate is not None and plain is not None and rate < SPEEDUP * plain:
+                return 0  # too little room for a round that pays: plain, a measurement only
+            untimed = [d for d in range(1, limit + 1) if d not in self.costs]
+            if untimed:
+                k = untimed[0]  # once per length: its cost timed rather than interpolated
+            elif self._count % DEPTH_PROBE_EVERY == DEPTH_PROBE_EVERY - 1:
+                # now and then one longer (that position's acceptance and cost stay measured) or, every other
+                # time or at the limit, one shorter (that cost too)
+                up = (self._count // DEPTH_PROBE_EVERY) % 2 == 0
+                k = k + 1 if (up or k == 1) and k < limit else max(k - 1, 1) if k > 1 else k
+        self._pending = k
+        return k
 
     # ---- measurements --------------------------------------------------------------------------------------------
-    def record(self, drafted: bool, n_tokens: int, seconds: float) -> None:
-        """A finished round: whether it drafted, the tokens it emitted and how long it took."""
-        if n_tokens < 0 or seconds < 0:
-            raise ValueError(f"need n_tokens >= 0 and seconds >= 0, got {n_tokens}, {seconds}")
-        planned = self.drafting
+    def record(self, depth: int, accepted: int, seconds: float) -> None:
+        """A finished round: the drafts asked for (0: a plain round), how many were accepted (the drafts a drafter
+        did not propose count as rejected) and how long the round took."""
+        if depth < 0 or not 0 <= accepted <= depth or seconds < 0:
+            raise ValueError(f"need depth >= 0, 0 <= accepted <= depth, seconds >= 0; got {depth}, {accepted}, "
+                             f"{seconds}")
+        planned, self._pending = self._pending, None
         self.rounds += 1
-        (self.spec if drafted else self.plain).add(n_tokens / max(seconds, 1e-9))
+        self.costs.setdefault(depth, CostAverage()).add(seconds)
+        for j in range(min(accepted + 1, depth)):  # positions reached: the accepted ones and the first rejected
+            while len(self.accept) <= j:
+                self.accept.append(MovingAverage(ALPHA))
+            self.accept[j].add(1.0 if j < accepted else 0.0)
         # a forced round, or a plain round the caller ran for want of room to draft, is a measurement only
-        if drafted == planned:
+        if planned is not None and planned == depth:
             self._advance()
 
-    def begin_round(self, drafting: bool) -> None:
+    def begin_round(self, depth: int) -> None:
         """Start timing a round with the injected clock."""
-        self._began = (drafting, self.clock())
+        self._began = (depth, self.clock())
 
-    def end_round(self, n_tokens: int) -> None:
+    def end_round(self, accepted: int) -> None:
         """Finish the round begun by `begin_round` and record it."""
         if self._began is None:
             raise RuntimeError("end_round without begin_round")
-        drafting, t0 = self._began
+        depth, t0 = self._began
         self._began = None
-        self.record(drafting, n_tokens, self.clock() - t0)
+        self.record(depth, accepted, self.clock() - t0)
+
+    def summary(self) -> dict[str, Any]:
+        """The model as data: per round length its cost (ms), E(k) and modelled tok/s; a_j; the schedule's state."""
+        ks = range(self.max_depth + 1)
+        acc = self.acceptance()
+        cost = {k: self.cost(k) for k in ks}
+        return {"phase": self._phase, "depth": self.depth, "interval": self.interval, "rounds": self.rounds,
+                "acceptance": [round(a, 3) for a in acc],
+                "cost_ms": {k: None if c is None else round(c * 1e3, 2) for k, c in cost.items()},
+                "timed": {k: self.costs[k].count for k in sorted(self.costs)},
+                "expected_tokens": {k: round(expected_tokens(acc, k), 3) for k in ks},
+                "modelled_tps": {k: None if c is None else round(expected_tokens(acc, k) / max(c, 1e-9), 2)
+                                 for k, c in cost.items()}}
 
     # ---- the log -------------------------------------------------------------------------------------------------
     @property
-    def events(self) -> list[tuple[str, int]]:
-        """The decisions (kind, round index), oldest first: "spec_on", "spec_off", "probe", "refresh"."""
+    def events(self) -> list[GovernorEvent]:
+        """The decisions, oldest first."""
         return list(self._events)
 
-    def events_since(self, event_count: int) -> list[tuple[str, int]]:
+    def events_since(self, event_count: int) -> list[GovernorEvent]:
         """The events logged after `event_count` was read (as many as the bounded log still holds)."""
         n = min(self.event_count - event_count, len(self._events))
         return list(self._events)[len(self._events) - n :] if n > 0 else []
 
-    def _log(self, kind: str) -> None:
-        self._events.append((kind, self.rounds))  # the index of the first round the decision applies to
+    def _log(self, kind: str, depth: int) -> None:
+        self._events.append(GovernorEvent(kind, self.rounds, depth))  # from the next round on
         self.event_count += 1
 
     # ---- the schedule ------------------------------------------------------------------------------------------
-    def _faster(self) -> bool:
-        spec, plain = self.spec.value, self.plain.value
-        return spec is not None and plain is not None and spec >= SPEEDUP * plain
-
     def _turn(self, on: bool) -> None:
         self._phase, self._left, self._count = ("drafting" if on else "plain"), 0, 0
-        self._log("spec_on" if on else "spec_off")
+        self.depth = self.best()[0] if on else 0
+        self._log("spec_on" if on else "spec_off", self.depth)
+
+    def _reselect(self) -> None:
+        k = self.best()[0]
+        if k != self.depth:
+            self.depth = k
+            self._log("depth", k)
 
     def _advance(self) -> None:
         """One round of the schedule has run; move it on."""
@@ -158,14 +325,10 @@ class SpeedGovernor:
                 return
             if self._phase == "measure_plain":
                 self._phase, self._left = "measure_spec", WARMUP_ROUNDS
-                self.spec.restart()  # speculation is measured after plain, on rounds of its own
             elif self._phase == "plain":  # a probe ended
-                if self._faster():
-                    self.interval = PROBE_FIRST
-                    self._turn(True)
-                else:
-                    self.interval = min(2 * self.interval, PROBE_MAX)
-                    self._turn(False)
+                on = self._faster()
+                self.interval = PROBE_FIRST if on else min(2 * self.interval, PROBE_MAX)
+                self._turn(on)
             elif self._phase == "measure_spec":
                 self._turn(self._faster())
             elif not self._faster():  # a refresh ended and plain decoding is now the faster
@@ -175,31 +338,34 @@ class SpeedGovernor:
         if self._phase == "drafting":
             if not self._faster():
                 self._turn(False)
-            elif self._count >= REFRESH_EVERY:
+                return
+            self._reselect()
+            if self._count >= REFRESH_EVERY:
                 self._left, self._count = REFRESH_ROUNDS, 0
-                self.plain.restart()
-                self._log("refresh")
+                self._log("refresh", 0)
         elif self._count >= self.interval:  # plain
             self._left, self._count = PROBE_ROUNDS, 0
-            self.spec.restart()
-            self._log("probe")
+            self._probe_depth = self.best()[0]  # the best length by what was measured before
+            for avg in self.accept:
+                avg.fade(PROBE_ROUNDS)
+            self._log("probe", self._probe_depth)
 
 
 class AlwaysDraft:
-    """The Governor that drafts every round: the raw cost of speculation, for benchmarks and tests (no measuring,
-    no switching off, no events)."""
+    """The Governor that drafts the full length every round: the raw cost of a fixed round length, for benchmarks,
+    `--no-governor` and tests (no measuring, no switching off, no events)."""
 
     event_count = 0
 
     @property
-    def events(self) -> list[tuple[str, int]]:
+    def events(self) -> list[GovernorEvent]:
         return []
 
-    def decide(self, force: bool = False) -> bool:
-        return True
+    def decide(self, limit: int, force: bool = False) -> int:
+        return max(limit, 0)
 
-    def record(self, drafted: bool, n_tokens: int, seconds: float) -> None:
+    def record(self, depth: int, accepted: int, seconds: float) -> None:
         pass
 
-    def events_since(self, event_count: int) -> list[tuple[str, int]]:
+    def events_since(self, event_count: int) -> list[GovernorEvent]:
         return []

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .governor import GovernorEvent
+
 
 @dataclass
 class DraftStats:
@@ -31,15 +33,17 @@ class DraftStats:
 @dataclass
 class RequestDraftStats:
     """One request's drafting. `accepted_per_position[i]` counts the rounds that accepted the draft at position i
-    (`drafted_per_position[i]` the rounds that drafted one there); `governor_events` are the governor's decisions
-    taken during the request, as (kind, round index), the index counted over the governor's lifetime."""
+    (`drafted_per_position[i]` the rounds that drafted one there); `rounds_per_depth[k]` counts the rounds the
+    governor gave k drafts (k = 0: plain steps); `governor_events` are the governor's decisions taken during the
+    request, as (kind, round index, round length), the index counted over the governor's lifetime."""
 
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
     drafted_per_position: list[int] = field(default_factory=list)
-    governor_events: list[tuple[str, int]] = field(default_factory=list)
+    rounds_per_depth: list[int] = field(default_factory=list)
+    governor_events: list[GovernorEvent] = field(default_factory=list)
 
     def record_round(self, n_drafted: int, n_accepted: int) -> None:
         """One speculative round: n_drafted drafts, of which the first n_accepted were accepted."""
@@ -53,6 +57,14 @@ class RequestDraftStats:
                 counts.extend([0] * (n_drafted - len(counts)))
             for i in range(n):
                 counts[i] += 1
+
+    def record_depth(self, depth: int) -> None:
+        """One round (plain or speculative) that the governor gave `depth` drafts."""
+        if depth < 0:
+            raise ValueError(f"need depth >= 0, got {depth}")
+        if len(self.rounds_per_depth) <= depth:
+            self.rounds_per_depth.extend([0] * (depth + 1 - len(self.rounds_per_depth)))
+        self.rounds_per_depth[depth] += 1
 
     def acceptance_rate(self) -> float | None:
         """The accepted fraction of drafted tokens; None before the first round."""
@@ -72,5 +84,6 @@ class RequestDraftStats:
             "tokens_per_round": self.tokens_per_round(),
             "accepted_per_position": list(self.accepted_per_position),
             "drafted_per_position": list(self.drafted_per_position),
-            "governor_events": [[kind, index] for kind, index in self.governor_events],
+            "rounds_per_depth": list(self.rounds_per_depth),
+            "governor_events": [list(e) for e in self.governor_events],
         }
