@@ -22,6 +22,7 @@ from cuca import DrafterSource, LocalModel, LocalModelConfig, ProviderError
 from cuca.gguf import open_gguf
 from cuca.models import load_model
 from cuca.models.layers import Ops
+from cuca.sampling import SamplingParams
 from cuca.speculative import AlwaysDraft
 from cuca.speculative.drafters.draft_model import DraftModelDrafter
 from cuca.speculative.drafters.load import resolve_auto
@@ -197,3 +198,29 @@ def test_auto_picks_head_then_preset_pair_then_prompt_lookup() -> None:
     assert DrafterSource.parse("auto") is DrafterSource.AUTO
     lm = LocalModel.load_sync(LocalModelConfig(DIR / "qwen35-f32.gguf", drafter="auto", threads=1))
     assert lm.drafter_source is DrafterSource.IN_TRUNK
+
+
+def test_prompt_cache_resumes_the_draft_model_on_the_shared_prefix() -> None:
+    """A second request sharing a prefix: the target and the draft model keep their rows for it (the draft model's
+    cache is trimmed to it, never re-prefilled), and the tokens equal a cold run's."""
+    from cuca.engine import Engine, Generation
+    from cuca.speculative import SpeculativeDecoder
+
+    t, d = model("qwen3-f32"), model("qwen3-q8_0")
+    eng = Engine(t, 128, prompt_cache=True)
+    drafter = Counting(d, eng.n_ctx, t.n_vocab)
+
+    def run(e: Engine, prompt: list[int], dr: Any) -> Generation:
+        gen = Generation()
+        for _ in e.stream(prompt, 12, SamplingParams(), frozenset(), gen,
+                          SpeculativeDecoder(e.model, e.cache, dr, AlwaysDraft(), 3)):
+            pass
+        return gen
+
+    run(eng, PROMPT, drafter)
+    b = PROMPT[:8] + [5, 6, 7]
+    drafter.passes.clear()
+    gb = run(eng, b, drafter)
+    assert gb.timings.n_cached == 8 and drafter.passes[0] == len(b) - 8 + 1  # its rows 8.. and the first token
+    cold = Engine(t, 128)
+    assert gb.tokens == run(cold, b, DraftModelDrafter(d, cold.n_ctx, t.n_vocab)).tokens

@@ -49,6 +49,23 @@ class DraftModelDrafter:
         self.history = list(prompt[:1])  # commits bring the tokens that follow each row, from position 1 on
         self.cached, self._sure, self._logits, self._snap = [], 0, None, None
 
+    def resume(self, prompt: list[int], keep: int, params: SamplingParams, rng: np.random.Generator) -> int:
+        """Begin on `prompt` whose first `keep` rows the target kept (prompt cache): keep the draft model's own rows
+        for as many of those as hold the same tokens, and return that many (0: a cold start). A cache that rolls
+        back only through snapshots (the hybrid) always starts cold."""
+        if self.bounded:
+            return 0
+        same, n = 0, min(len(self.cached), self.cache.n, keep, len(prompt) - 1)
+        while same < n and self.cached[same] == prompt[same]:
+            same += 1
+        if same == 0:
+            return 0
+        self.cache.trim(self.cache.n - same)
+        self.params, self.rng = params, rng
+        self.history, self.cached = list(prompt[: same + 1]), self.cached[:same]
+        self._sure, self._logits, self._snap = same, None, None
+        return same
+
     def commit(self, tokens: list[int], positions: np.ndarray, hidden: np.ndarray | None = None) -> None:
         if len(positions) and int(positions[0]) + 1 != len(self.history):
             raise ValueError(f"commit at position {int(positions[0])} does not continue the {len(self.history)} "
