@@ -119,6 +119,9 @@ class LocalModel:
         self.drafter: Drafter | None = None
         if self.drafter_source is not None:
             self.drafter = load_drafter(self.drafter_source, self.model, self.engine.cache, self.model.ops, self.path)
+        own = getattr(self.drafter, "cache", None)  # a draft model's or an MTP head's own cache
+        if own is not None and own is not self.engine.cache:
+            self._check_memory(self.engine.n_ctx, int(own.nbytes))
         self.governor: Governor = SpeedGovernor()  # kept across requests, as the drafting decision should be
         self._draft_stats = DraftStats()
         self.scheduler = Scheduler(f"cuca-model {self.source}")
@@ -133,15 +136,21 @@ class LocalModel:
                 f"context_length {n_ctx} exceeds the model's trained context length of {n_train} tokens; pass "
                 "allow_long_context=True (--allow-long-context) to use it anyway"
             )
+        self._check_memory(n_ctx)  # before the target's cache is made
+        return n_ctx
+
+    def _check_memory(self, n_ctx: int, drafter_bytes: int = 0) -> None:
+        """The caches of the context window (the target's, plus `drafter_bytes` for a drafter's own: a draft
+        model's, an MTP head's) must fit in the memory available. Their arrays are untouched, so none is resident."""
         one, two = self.model.make_cache(1).nbytes, self.model.make_cache(2).nbytes
-        need = one + (two - one) * (n_ctx - 1)
+        need = one + (two - one) * (n_ctx - 1) + drafter_bytes
         avail = available_memory()
         if avail is not None and need > avail:
             raise ConfigError(
-                f"context_length {n_ctx} needs {need:,} bytes ({need / 2**30:.1f} GiB) of KV cache, more than the "
-                f"{avail:,} bytes ({avail / 2**30:.1f} GiB) of memory available: lower context_length"
+                f"context_length {n_ctx} needs {need:,} bytes ({need / 2**30:.1f} GiB) of KV cache"
+                f"{' (target and drafter)' if drafter_bytes else ''}, more than the {avail:,} bytes "
+                f"({avail / 2**30:.1f} GiB) of memory available: lower context_length"
             )
-        return n_ctx
 
     # ---- loading ----------------------------------------------------------------------------------------
     @classmethod
@@ -284,20 +293,21 @@ class LocalModel:
     def _stream(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> SyncStream:
         return SyncStream(self.scheduler, self._job(self._plan(prompt, kw)))
 
+    def _astream(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> AsyncStream:
+        return AsyncStream(self.scheduler, self._job(self._plan(prompt, kw)))
+
     def _reply(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> Reply:
-        gen = kw.pop("gen", None) or Generation()
-        with self._stream(prompt, {**kw, "gen": gen}) as s:
-            text = "".join(s)
-        return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings, gen.draft)
+        gen, kw = _with_gen(kw)
+        with self._stream(prompt, kw) as s:
+            return _as_reply("".join(s), gen)
 
     async def _areply(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> Reply:
-        gen = kw.pop("gen", None) or Generation()
-        s = AsyncStream(self.scheduler, self._job(self._plan(prompt, {**kw, "gen": gen})))
+        gen, kw = _with_gen(kw)
+        s = self._astream(prompt, kw)
         try:
-            text = "".join([p async for p in s])
+            return _as_reply("".join([p async for p in s]), gen)
         finally:
             s.close()
-        return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings, gen.draft)
 
     # ---- synchronous requests (block the calling thread, never the model) ---------------------------------
     def stream_ids_sync(self, prompt_ids: Sequence[int], **kw: Any) -> Iterator[str]:
@@ -326,10 +336,20 @@ class LocalModel:
         return await self._areply(self._chat(messages), kw)
 
     def stream(self, prompt: str | Sequence[int], **kw: Any) -> AsyncIterator[str]:
-        return AsyncStream(self.scheduler, self._job(self._plan(self._text(prompt), kw)))
+        return self._astream(self._text(prompt), kw)
 
     def stream_chat(self, messages: list[dict[str, Any]], **kw: Any) -> AsyncIterator[str]:
-        return AsyncStream(self.scheduler, self._job(self._plan(self._chat(messages), kw)))
+        return self._astream(self._chat(messages), kw)
+
+
+def _with_gen(kw: dict[str, Any]) -> tuple[Generation, dict[str, Any]]:
+    """The request's Generation (the caller's, or a new one) and the parameters that carry it."""
+    gen = kw.get("gen") or Generation()
+    return gen, {**kw, "gen": gen}
+
+
+def _as_reply(text: str, gen: Generation) -> Reply:
+    return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings, gen.draft)
 
 
 def available_memory() -> int | None:
