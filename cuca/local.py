@@ -7,7 +7,7 @@ import asyncio
 import os
 import re
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ from .errors import ConfigError, ContextLengthError
 from .gguf import open_gguf
 from .models import load_model
 from .models.layers import Ops
+from .request import check_request
 from .sampling import SamplingParams, is_int
 from .scheduler import AsyncStream, Scheduler, SyncStream
 from .sources import ModelSource
@@ -95,9 +96,6 @@ class _Plan:
     stop: tuple[str, ...]
     gen: Generation
     draft: bool
-
-
-_REQUEST_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "gen", "draft")
 
 
 class LocalModel:
@@ -218,18 +216,8 @@ class LocalModel:
     # ---- requests -----------------------------------------------------------------------------------------
     def _plan(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> _Plan:
         """Check a request's parameters in the caller's thread, before anything is queued."""
-        unknown = sorted(set(kw) - set(_REQUEST_KEYS))
-        if unknown:
-            raise ConfigError(f"unknown request parameter(s) {', '.join(unknown)} (known: {', '.join(_REQUEST_KEYS)})")
-        max_tokens = kw.get("max_tokens", 128)
-        if not is_int(max_tokens) or max_tokens < 1:
-            raise ConfigError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
-        params = SamplingParams(kw.get("temperature", 0.0), kw.get("top_k", 0), kw.get("top_p", 1.0), kw.get("seed"))
-        gen = kw.get("gen")
-        if gen is not None and not isinstance(gen, Generation):
-            raise ConfigError(f"gen must be a Generation or None, got {type(gen).__name__}")
-        return _Plan(prompt, int(max_tokens), params, _stop_strings(kw.get("stop", ())),
-                     gen if gen is not None else Generation(), bool(kw.get("draft", True)))
+        a = check_request(kw)
+        return _Plan(prompt, a.max_tokens, a.params, a.stop, a.gen, a.draft)
 
     def _text(self, prompt: str | Sequence[int]) -> Callable[[int], list[int]]:
         if isinstance(prompt, (bytes, bytearray, memoryview)):
@@ -365,22 +353,6 @@ def available_memory() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
-
-
-def _stop_strings(stop: str | Iterable[str] | None) -> tuple[str, ...]:
-    """`stop` as a tuple of strings: one string is one stop string (not its characters); any iterable of strings
-    (a list, a generator) is read once."""
-    if stop is None:
-        return ()
-    if isinstance(stop, str):
-        return (stop,)
-    try:
-        items = tuple(stop) if not isinstance(stop, (bytes, bytearray)) else None
-    except TypeError:
-        items = None
-    if items is None or not all(isinstance(s, str) for s in items):
-        raise ConfigError(f"stop must be a string or an iterable of strings, got {stop!r}")
-    return items
 
 
 def _find_stop(text: str, stop: Sequence[str]) -> int | None:
