@@ -50,21 +50,15 @@ class DraftModelDrafter:
         self.cached, self._sure, self._logits, self._snap = [], 0, None, None
 
     def resume(self, prompt: list[int], keep: int, params: SamplingParams, rng: np.random.Generator) -> int:
-        """Begin on `prompt` whose first `keep` rows the target kept (prompt cache): keep the draft model's own rows
-        for as many of those as hold the same tokens, and return that many (0: a cold start). A cache that rolls
-        back only through snapshots (the hybrid) always starts cold."""
+        """Begin on `prompt` whose first `keep` rows the target kept (prompt cache): the own cache's rows stay, and
+        the next catch-up keeps those whose tokens match the new history. A cache that rolls back only a bounded
+        depth (snapshots) cannot be rewound to an arbitrary prefix: 0, a cold start."""
         if self.bounded:
             return 0
-        same, n = 0, min(len(self.cached), self.cache.n, keep, len(prompt) - 1)
-        while same < n and self.cached[same] == prompt[same]:
-            same += 1
-        if same == 0:
-            return 0
-        self.cache.trim(self.cache.n - same)
         self.params, self.rng = params, rng
-        self.history, self.cached = list(prompt[: same + 1]), self.cached[:same]
-        self._sure, self._logits, self._snap = same, None, None
-        return same
+        self.history = list(prompt[: keep + 1])
+        self._sure, self._logits, self._snap = 0, None, None  # catch-up compares what its cache holds
+        return keep
 
     def commit(self, tokens: list[int], positions: np.ndarray, hidden: np.ndarray | None = None) -> None:
         if len(positions) and int(positions[0]) + 1 != len(self.history):
