@@ -240,12 +240,17 @@ class SpeedGovernor:
             if untimed:
                 k = untimed[0]  # once per length: its cost timed rather than interpolated
             elif self._count % DEPTH_PROBE_EVERY == DEPTH_PROBE_EVERY - 1:
-                # now and then one longer (that position's acceptance and cost stay measured) or, every other
-                # time or at the limit, one shorter (that cost too)
-                up = (self._count // DEPTH_PROBE_EVERY) % 2 == 0
-                k = k + 1 if (up or k == 1) and k < limit else max(k - 1, 1) if k > 1 else k
+                k = self._neighbour(k, limit)
         self._pending = k
         return k
+
+    def _neighbour(self, k: int, limit: int) -> int:
+        """A depth probe: one longer than k (that position's acceptance and cost stay measured) or, every other
+        time or at the limit, one shorter (that cost too)."""
+        up = (self._count // DEPTH_PROBE_EVERY) % 2 == 0 or k == 1
+        if up and k < limit:
+            return k + 1
+        return k - 1 if k > 1 else k
 
     # ---- measurements --------------------------------------------------------------------------------------------
     def record(self, depth: int, accepted: int, seconds: float) -> None:
