@@ -164,8 +164,16 @@ class SpeedGovernor:
         return out
 
     def cost(self, k: int) -> float | None:
-        """Modelled seconds of a round with k drafts: its own average, else linear between the nearest timed lengths
-        around it, else extrapolated along the last two (flat when only one is timed); None before any timing."""
+        """Modelled seconds of a round with k drafts, never less than a plain step's: such a round does a plain
+        step's work and more, so a cheaper figure is only load that changed between the timings, and must not make
+        drafts that are never accepted look faster than plain decoding. (Only against the plain step: a stalled
+        timing of one length must not spoil the longer ones.)"""
+        own, plain = self._cost(k), self._cost(0) if k > 0 else None
+        return own if own is None or plain is None else max(own, plain)
+
+    def _cost(self, k: int) -> float | None:
+        """Round k's own average, else linear between the nearest timed lengths around it, else extrapolated along
+        the last two (flat when only one is timed); None before any timing."""
         timed = sorted(d for d, c in self.costs.items() if c.value is not None)
         if not timed:
             return None
