@@ -1,4 +1,4 @@
-"""Builds the one C extension, cuca.kernels._ckernels, with OpenMP.
+"""Builds the one C extension, cuca.kernels._ckernels (its threads: pool.c, on pthreads).
 
 CUCA_ISA picks the SIMD path, so every path can be built, tested and benchmarked on one machine:
   native (default): tuned for this CPU (-march=native; the AVX-512 kernels where it has them, else AVX2, else C);
@@ -21,7 +21,7 @@ native = os.environ.get("CUCA_NATIVE", "1") not in ("0", "false", "no", "off")
 isa = os.environ.get("CUCA_ISA", "native" if native else "portable").strip().lower() or "native"
 if isa not in ISA_FLAGS:
     raise SystemExit(f"CUCA_ISA={isa!r}: expected one of {', '.join(ISA_FLAGS)}")
-cflags = ["-O3", "-std=c11", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wno-unused-function",
+cflags = ["-O3", "-std=c11", "-pthread", "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wno-unused-function",
           "-Werror=implicit-function-declaration"]
 cflags += ISA_FLAGS[isa]
 # the requested path, checked at compile time in isa.c (an avx512 build on a CPU without it fails there)
@@ -35,7 +35,7 @@ setup(
             include_dirs=[str(SRC), np.get_include()],
             define_macros=macros,
             extra_compile_args=cflags,
-            extra_link_args=["-fopenmp"],
+            extra_link_args=["-pthread"],
             depends=[str(p) for p in SRC.glob("*.h")] + [str(p) for p in SRC.glob("*.inc")],
         )
     ]

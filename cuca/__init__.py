@@ -2,6 +2,7 @@
 
 from .errors import ConfigError, CucaError, ProviderError
 from .local import LocalModel, LocalModelConfig, Reply
+from .remote import RemoteModel
 from .sources import ModelSource
 from .speculative.source import DrafterSource
 from .speculative.stats import DraftStats
@@ -17,5 +18,6 @@ __all__ = [
     "LocalModelConfig",
     "ModelSource",
     "ProviderError",
+    "RemoteModel",
     "Reply",
 ]

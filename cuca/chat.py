@@ -66,8 +66,6 @@ def _raise_exception(message: str) -> None:
 
 def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
             sort_keys: bool = False) -> str:
-    if indent is not None and not (type(indent) is int and 0 <= indent <= 64):  # indent multiplies the output
-        raise jinja2.TemplateError(f"tojson: indent must be an integer from 0 to 64, got {indent!r}")
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 

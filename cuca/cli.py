@@ -1,4 +1,4 @@
-"""Command line: `cuca run`, `cuca chat`, `cuca info`, `cuca pull` (and `cuca generate`, the scriptable form).
+"""Command line: `cuca run`, `cuca chat`, `cuca serve`, `cuca info`, `cuca pull` (and `cuca generate`).
 Builds config objects and prints; no inference logic here. Every error is one line on stderr and exit code 2."""
 
 from __future__ import annotations
@@ -14,17 +14,19 @@ from typing import Any, TextIO
 
 from .bench import add_bench_parser, run_bench
 from .engine import Generation
-from .errors import ConfigError, ContextLengthError, CucaError
+from .errors import ConfigError, ContextLengthError, CucaError, ProviderError
 from .gguf import open_gguf
 from .local import LocalModel, LocalModelConfig
-from .models.dialects import is_mtp_sidecar
+from .models.dialects import check_dialect
 from .models.gemma4_assistant import centroid_layout
-from .sources import PRESETS, ModelSource, paired_drafter, preset_is_local
+from .serve.cli import add_serve_parser, run_serve
+from .sources import PRESETS, ModelSource, preset_is_local
 from .speculative.stats import RequestDraftStats
 
 DRAFTER_HELP = (
-    "prompt-lookup (any model), in-trunk (a Qwen 3.5 MTP file's own head), auto (the preset's paired drafter, else "
-    "prompt lookup), none, or a drafter GGUF source (preset, hf:..., URL or path); default: none"
+    "prompt-lookup (any model), in-trunk (a Qwen 3.5 MTP file's own head), auto (the model's own head, else its "
+    "preset's paired drafter, else prompt lookup), none, or a drafter GGUF or small same-family model (preset, "
+    "hf:..., URL or path); default: none"
 )
 
 
@@ -85,7 +87,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     _add_sampling(g)
     b = add_bench_parser(sub)
-    return ap, {"run": r, "chat": c, "info": i, "pull": p, "presets": ps, "generate": g, "bench": b}
+    sv = add_serve_parser(sub, _add_model)
+    return ap, {"run": r, "chat": c, "info": i, "pull": p, "presets": ps, "generate": g, "bench": b, "serve": sv}
 
 
 # ---- shared pieces ---------------------------------------------------------------------------------------------------
@@ -93,8 +96,6 @@ def _load(a: argparse.Namespace) -> LocalModel:
     drafter = a.drafter
     if drafter == "none":
         drafter = None
-    elif drafter == "auto":
-        drafter = paired_drafter(a.model) or "prompt-lookup"
     return LocalModel.load_sync(
         LocalModelConfig(
             a.model, drafter=drafter, draft_tokens=a.draft_tokens, context_length=a.context_length, threads=a.threads,
@@ -276,11 +277,17 @@ def file_info(path: Any) -> dict[str, Any]:
     nextn_layers = md.get(f"{arch}.nextn_predict_layers", 0)
     nextn_layers = nextn_layers if type(nextn_layers) is int else 0  # info shows a file; loading checks it
     nextn_tensors = sum(1 for name in f.tensors if _NEXTN.match(name))
-    if arch == "gemma4-assistant":
+    try:
+        check_dialect(f)
+        foreign = None
+    except ProviderError as e:  # a dialect cuca cannot run: info still shows the file, and says why
+        foreign = str(e).removeprefix(f"{f.path}: ")
+    usable = foreign is None
+    if foreign is not None:
+        head = f"not usable: {foreign}"
+    elif arch == "gemma4-assistant":
         head = f"this file is a drafter (gemma4-assistant, {_assistant_head(f)}): pair it with a gemma4 target via " \
                "--drafter"
-    elif arch == "qwen35" and is_mtp_sidecar(f):
-        head = "an MTP sidecar (prediction head only, no trunk): not supported, use a file with the head inside"
     elif nextn_layers or nextn_tensors:
         head = (
             f"in-trunk MTP head ({nextn_layers} nextn layer(s), {nextn_tensors} blk.*.nextn.* tensors): "
@@ -288,6 +295,7 @@ def file_info(path: Any) -> dict[str, Any]:
         )
     else:
         head = "none (drafting still works with --drafter prompt-lookup)"
+        usable = False
     return {
         "path": str(f.path),
         "file_size": f.file_size(),
@@ -302,7 +310,7 @@ def file_info(path: Any) -> dict[str, Any]:
         "vocab_size": len(tokens) if isinstance(tokens, list) else None,
         "chat_template": bool(md.get("tokenizer.chat_template")),
         "prediction_head": head,
-        "has_prediction_head": arch == "gemma4-assistant" or bool(nextn_layers or nextn_tensors),
+        "has_prediction_head": usable,
     }
 
 
@@ -350,7 +358,7 @@ def _presets(a: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": _run, "chat": _chat, "info": _info, "pull": _pull, "presets": _presets, "generate": _generate,
-            "bench": run_bench}
+            "bench": run_bench, "serve": lambda a: run_serve(a, _load)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,6 +14,7 @@ import numpy as np
 from .errors import ConfigError, ContextLengthError
 from .models import Model
 from .models.cache import Cache
+from .prompt_cache import PromptCache
 from .sampling import SamplingParams, is_int, next_token
 
 if TYPE_CHECKING:  # the speculative package imports prefill_rows from here
@@ -29,8 +30,13 @@ class Timings:
 
     n_prompt: int = 0
     n_generated: int = 0
+    n_cached: int = 0  # prompt rows kept from the previous request (prompt cache): n_prompt - n_cached were prefilled
     prompt_s: float = 0.0
     decode_s: float = 0.0
+
+    @property
+    def n_prefilled(self) -> int:
+        return self.n_prompt - self.n_cached
 
     @property
     def prompt_tokens_per_second(self) -> float:
@@ -68,30 +74,39 @@ def check_token_ids(prompt: Any, n_vocab: int) -> list[int]:
 
 
 def prefill_rows(model: Model, cache: Cache, prompt: Sequence[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Run the prompt through the model in chunks of PREFILL_CHUNK rows, continuing the cache at position
-    cache.n; yields each chunk's (positions (M,) int32, post-norm hidden (M, n_embd))."""
+    """Run the prompt through the model continuing the cache at position cache.n, in chunks that end at multiples of
+    PREFILL_CHUNK positions (so a prefill resumed by the prompt cache splits as a cold one does); yields each chunk's
+    (positions (M,) int32, post-norm hidden (M, n_embd))."""
     ids = np.asarray(prompt, dtype=np.int32)
-    pos0 = cache.n
-    for s in range(0, len(ids), PREFILL_CHUNK):
-        chunk = ids[s : s + PREFILL_CHUNK]
-        pos = np.arange(pos0 + s, pos0 + s + len(chunk), dtype=np.int32)
-        yield pos, model.forward_hidden(chunk, pos, cache)
+    pos0 = s = cache.n
+    while s < pos0 + len(ids):
+        e = min(pos0 + len(ids), (s // PREFILL_CHUNK + 1) * PREFILL_CHUNK)
+        pos = np.arange(s, e, dtype=np.int32)
+        yield pos, model.forward_hidden(ids[s - pos0 : e - pos0], pos, cache)
+        s = e
 
 
 class Engine:
     """Owns a model and its cache; serves one request at a time, plainly or through a SpeculativeDecoder built
     on the same model and cache."""
 
-    def __init__(self, model: Model, n_ctx: int):
+    def __init__(self, model: Model, n_ctx: int, prompt_cache: bool = False):
         if n_ctx < 2:
             raise ConfigError(f"context_length must be >= 2, got {n_ctx}")
         self.model = model
         self.n_ctx = n_ctx
         self.cache: Cache = model.make_cache(n_ctx)
+        spans = (PREFILL_CHUNK, getattr(model, "chunked_prefill_min", None))
+        self.prompt_cache = PromptCache(self.cache, spans) if prompt_cache else None
 
     def prefill(self, prompt: Sequence[int]) -> np.ndarray:
         """Run the prompt through the model after what the cache holds; returns the last position's logits
-        (n_vocab,)."""
+        (n_vocab,). The prompt cache forgets what it knew of the cache."""
+        if self.prompt_cache is not None:
+            self.prompt_cache.forget()
+        return self._prefill(prompt)
+
+    def _prefill(self, prompt: Sequence[int]) -> np.ndarray:
         last = deque(prefill_rows(self.model, self.cache, prompt), maxlen=1)  # only the last chunk is kept
         if not last:
             raise ConfigError("the prompt is empty: at least one token is needed")
@@ -128,31 +143,59 @@ class Engine:
         rng = np.random.default_rng(params.seed)
         t = gen.timings
         t.n_prompt = len(prompt)
-        self.cache.reset()
+        t.n_cached = start = self._start(prompt, spec, params, rng)
         decoder = spec.generate if spec is not None else self.generate
-        tokens = decoder(list(prompt), max_tokens, params, rng)
-        while True:
-            t0 = time.perf_counter()
-            tok = next(tokens)
-            if t.n_generated == 0:
-                t.prompt_s = time.perf_counter() - t0
-            else:
-                t.decode_s += time.perf_counter() - t0
-            gen.tokens.append(tok)
-            t.n_generated += 1
-            yield tok
-            if tok in stop_ids:
-                gen.finish_reason = "stop"
-                return
-            if t.n_generated >= max_tokens:
-                gen.finish_reason = "length"
-                return
+        tokens = decoder(list(prompt), max_tokens, params, rng, start)
+        pc, broken = self.prompt_cache, False
+        try:
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    tok = next(tokens)
+                except BaseException:
+                    broken = True
+                    raise
+                if t.n_generated == 0:
+                    t.prompt_s = time.perf_counter() - t0
+                    if pc is not None:
+                        pc.prompt_done(prompt)
+                else:
+                    t.decode_s += time.perf_counter() - t0
+                gen.tokens.append(tok)
+                t.n_generated += 1
+                yield tok
+                if tok in stop_ids:
+                    gen.finish_reason = "stop"
+                    return
+                if t.n_generated >= max_tokens:
+                    gen.finish_reason = "length"
+                    return
+        finally:
+            tokens.close()  # type: ignore[attr-defined]
+            if pc is not None:
+                pc.request_done(prompt + gen.tokens, broken)
 
-    def generate(
-        self, prompt: list[int], max_tokens: int, params: SamplingParams, rng: np.random.Generator
-    ) -> Iterator[int]:
-        """Plain decoding: prefill (the cache must be empty), then one forward pass per token."""
-        tok, pos = next_token(self.prefill(prompt), params, rng), len(prompt)
+    def _start(self, prompt: list[int], spec: SpeculativeDecoder | None, params: SamplingParams,
+               rng: np.random.Generator) -> int:
+        """Prompt rows kept from the previous request (0: a cold start, the cache emptied). The drafter, when
+        there is one, must agree: it resumes on as many rows as its own state allows."""
+        pc = self.prompt_cache
+        if pc is None:
+            self.cache.reset()
+            return 0
+        for rows, kind in pc.candidates(prompt):
+            r = spec.resume(prompt, rows, params, rng) if spec is not None else rows
+            if r == rows or (0 < r and not pc.recurrent):
+                pc.keep(r, kind)
+                return r
+        pc.cold()
+        return 0
+
+    def generate(self, prompt: list[int], max_tokens: int, params: SamplingParams, rng: np.random.Generator,
+                 start: int = 0) -> Iterator[int]:
+        """Plain decoding: prefill what the cache does not hold (its first `start` rows are the prompt's), then one
+        forward pass per token."""
+        tok, pos = next_token(self._prefill(prompt[start:]), params, rng), len(prompt)
         yield tok
         for _ in range(max_tokens - 1):
             h = self.model.forward_hidden(np.array([tok], np.int32), np.array([pos], np.int32), self.cache)

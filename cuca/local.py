@@ -22,7 +22,7 @@ from .scheduler import AsyncStream, Scheduler, SyncStream
 from .sources import ModelSource
 from .speculative.decoder import SpeculativeDecoder
 from .speculative.drafters import Drafter
-from .speculative.drafters.load import check_device, load_drafter
+from .speculative.drafters.load import check_device, load_drafter, resolve_auto
 from .speculative.governor import Governor, SpeedGovernor
 from .speculative.source import DrafterSource
 from .speculative.stats import DraftStats, RequestDraftStats
@@ -46,6 +46,7 @@ class LocalModelConfig:
     threads: int = 0
     device: Device | str = Device.CPU
     allow_long_context: bool = False
+    prompt_cache: bool = True  # keep the previous request's rows that the next prompt shares (output unchanged)
 
     def validate(self) -> None:
         if not isinstance(self.source, (ModelSource, str, os.PathLike)):
@@ -63,6 +64,8 @@ class LocalModelConfig:
             raise ConfigError(f"threads must be an integer in 0..{MAX_THREADS}, got {self.threads!r}")
         if not is_int(self.draft_tokens) or (self.drafter is not None and self.draft_tokens < 1):
             raise ConfigError(f"draft_tokens must be an integer >= 1 when a drafter is set, got {self.draft_tokens!r}")
+        if not isinstance(self.prompt_cache, bool):
+            raise ConfigError(f"prompt_cache must be True or False, got {self.prompt_cache!r}")
         if not isinstance(self.allow_long_context, bool):
             raise ConfigError(f"allow_long_context must be True or False, got {self.allow_long_context!r}")
         device = Device.parse(self.device)
@@ -110,8 +113,9 @@ class LocalModel:
         self.file = open_gguf(self.path)
         self.tokenizer = Tokenizer.from_gguf(self.file)
         self.model = load_model(self.file, Ops(config.threads or (os.cpu_count() or 1)))
-        self.engine = Engine(self.model, self._context_length(config))
-        self.drafter_source = DrafterSource.parse(config.drafter) if config.drafter is not None else None
+        self.engine = Engine(self.model, self._context_length(config), config.prompt_cache)
+        self.drafter_source = (resolve_auto(DrafterSource.parse(config.drafter), self.model, self.source)
+                               if config.drafter is not None else None)
         self.drafter: Drafter | None = None
         if self.drafter_source is not None:
             self.drafter = load_drafter(self.drafter_source, self.model, self.engine.cache, self.model.ops, self.path)

@@ -204,6 +204,10 @@ def _precheck(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     elif name == "wordwrap" and args and isinstance(args[0], str):
         wrap = args[4] if len(args) > 4 else kwargs.get("wrapstring")
         _check_size((len(args[0]) + 1) * max(1, _size(wrap)))
+    elif name == "tojson":  # HF's signature: (value, ensure_ascii, indent, ...); indent multiplies the output
+        indent = args[2] if len(args) > 2 else kwargs.get("indent")
+        if indent is not None and not (type(indent) is int and 0 <= indent <= 64):
+            raise BudgetError(f"tojson: indent must be an integer from 0 to 64, got {indent!r}")
     elif name in ("format", "format_map") and args:
         _check_format(args[0])
 
@@ -289,14 +293,9 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
 
 def render(template: jinja2.Template, deadline_s: float = DEADLINE_S, **context: Any) -> str:
-    """Render under a fresh budget; the whole output is bounded as it is produced."""
+    """Render under a fresh budget; the whole output is bounded as it is produced (by `_out`)."""
     token = _BUDGET.set(Budget(deadline_s))
-    try:
-        parts, n = [], 0
-        for piece in template.generate(**context):
-            n += len(piece)
-            _check_size(n)
-            parts.append(piece)
-        return "".join(parts)
+    try:  # every piece, literal text included, went through _out, which charged its characters
+        return "".join(template.generate(**context))
     finally:
         _BUDGET.reset(token)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
@@ -31,26 +32,38 @@ def _add(w: gguf.GGUFWriter, name: str, arr: np.ndarray, qtype: int) -> None:
         w.add_tensor(name, gguf.quants.quantize(arr.astype(np.float32), Q(qtype)), raw_dtype=Q(qtype))
 
 
-def write_tiny(
-    path: Path,
-    arch: str = "llama",
-    qtype: int = Q.Q8_0,
-    n_vocab: int = 320,
-    n_embd: int = 64,
-    n_layer: int | None = None,
-    n_head: int = 4,
-    n_head_kv: int = 2,
-    head_dim: int = 32,
-    n_ff: int = 96,
-    seed: int = 0,
-    skip: tuple[str, ...] = (),
-    drop_keys: tuple[str, ...] = (),
-    untied: bool = False,
-) -> Path:
-    """Write a tiny model; `skip` leaves out tensors and `drop_keys` metadata keys (for error tests); `untied` adds
-    a separate output head (so the next token is not mostly the last one again: varied, prompt-dependent text)."""
-    if n_layer is None:
-        n_layer = 6 if arch == "gemma3" else 2  # gemma3: layer 5 is the first global (non-sliding) layer
+@dataclass(frozen=True)
+class Edits:
+    """Changes for error tests: `skip` leaves out tensors, `drop_keys` metadata keys."""
+
+    skip: tuple[str, ...] = ()
+    drop_keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Tiny:
+    """The shape of a tiny llama / gemma3 file; `n_layer` None is 2 (llama) or 6 (gemma3: layer 5 is the first
+    global, non-sliding layer); `untied` adds a separate output head (so the next token is not mostly the last one
+    again: varied, prompt-dependent text)."""
+
+    n_vocab: int = 320
+    n_embd: int = 64
+    n_layer: int | None = None
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 32
+    n_ff: int = 96
+    untied: bool = False
+
+
+def write_tiny(path: Path, arch: str = "llama", qtype: int = Q.Q8_0, shape: Tiny | None = None,
+               seed: int = 0, edits: Edits | None = None) -> Path:
+    """Write a tiny model of `shape` (default `Tiny()`) with random weights (`seed`), changed by `edits`."""
+    sh, e = shape or Tiny(), edits or Edits()
+    n_vocab, n_embd, n_head, n_head_kv, head_dim, n_ff = (sh.n_vocab, sh.n_embd, sh.n_head, sh.n_head_kv,
+                                                          sh.head_dim, sh.n_ff)
+    n_layer = sh.n_layer if sh.n_layer is not None else (6 if arch == "gemma3" else 2)
+    skip, drop_keys, untied = e.skip, e.drop_keys, sh.untied
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), arch)
     kv = {

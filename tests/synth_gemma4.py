@@ -13,6 +13,7 @@ from pathlib import Path
 
 import gguf
 import numpy as np
+from synth import Edits
 
 Q = gguf.GGMLQuantizationType
 # q/k norm weights around 0.3: with attention scale 1.0, unit-RMS q and k would give scores of std sqrt(hd), a
@@ -187,20 +188,37 @@ def _finish(w: gguf.GGUFWriter, drop_keys: tuple[str, ...]) -> None:
     w.close()
 
 
-def write_gemma4(
-    path: Path,
-    s: Gemma4Shape = TINY,
-    qtype: int = Q.F32,
-    embd_qtype: int | None = None,
-    seed: int = 0,
-    random_blocks: bool = False,
-    shared_kv_tensors: bool = False,
-    skip: tuple[str, ...] = (),
-    drop_keys: tuple[str, ...] = (),
-) -> Path:
-    """A `gemma4` target. `qtype` for the layer matrices, `embd_qtype` (default: qtype) for token_embd and
-    per_layer_token_embd; per_layer_model_proj stays F32/F16 as llama-quantize keeps it. `shared_kv_tensors` adds
-    the unused K/V tensors some converters leave on KV-shared layers (the model must ignore them)."""
+@dataclass(frozen=True)
+class TargetOpts:
+    """How a `gemma4` target is written: `embd_qtype` (default: the layers' qtype) for token_embd and
+    per_layer_token_embd; `random_blocks` draws quantized blocks directly (no quantizer pass: fast at real shapes);
+    `shared_kv_tensors` adds the unused K/V tensors some converters leave on KV-shared layers (the model must
+    ignore them); `edits` for error tests."""
+
+    embd_qtype: int | None = None
+    random_blocks: bool = False
+    shared_kv_tensors: bool = False
+    edits: Edits = Edits()
+
+
+@dataclass(frozen=True)
+class AssistantOpts:
+    """How a `gemma4-assistant` drafter is written: `n_embd_out` / `n_vocab` override the pairing with the target
+    (for mismatch tests); `random_blocks` and `edits` as for the target."""
+
+    random_blocks: bool = False
+    n_embd_out: int | None = None
+    n_vocab: int | None = None
+    edits: Edits = Edits()
+
+
+def write_gemma4(path: Path, s: Gemma4Shape = TINY, qtype: int = Q.F32, seed: int = 0,
+                 opts: TargetOpts | None = None) -> Path:
+    """A `gemma4` target; `qtype` for the layer matrices (per_layer_model_proj stays F32/F16 as llama-quantize
+    keeps it)."""
+    o = opts or TargetOpts()
+    embd_qtype, random_blocks, shared_kv_tensors = o.embd_qtype, o.random_blocks, o.shared_kv_tensors
+    skip, drop_keys = o.edits.skip, o.edits.drop_keys
     rng = np.random.default_rng(seed)
     embd_qtype = qtype if embd_qtype is None else embd_qtype
     w = gguf.GGUFWriter(str(path), "gemma4")
@@ -248,20 +266,13 @@ def write_gemma4(
     return path
 
 
-def write_gemma4_assistant(
-    path: Path,
-    target: Gemma4Shape = TINY,
-    s: AssistantShape = TINY_ASSISTANT,
-    qtype: int = Q.F32,
-    seed: int = 1,
-    random_blocks: bool = False,
-    n_embd_out: int | None = None,
-    n_vocab: int | None = None,
-    skip: tuple[str, ...] = (),
-    drop_keys: tuple[str, ...] = (),
-) -> Path:
-    """A `gemma4-assistant` drafter for `target`; `n_embd_out` / `n_vocab` override the pairing (for mismatch
-    tests). Its layers are [S]*(n_layer-1) + [F] and read the target's K/V."""
+def write_gemma4_assistant(path: Path, target: Gemma4Shape = TINY, s: AssistantShape = TINY_ASSISTANT,
+                           qtype: int = Q.F32, seed: int = 1, opts: AssistantOpts | None = None) -> Path:
+    """A `gemma4-assistant` drafter for `target`. Its layers are [S]*(n_layer-1) + [F] and read the target's
+    K/V."""
+    o = opts or AssistantOpts()
+    random_blocks, n_embd_out, n_vocab = o.random_blocks, o.n_embd_out, o.n_vocab
+    skip, drop_keys = o.edits.skip, o.edits.drop_keys
     rng = np.random.default_rng(seed)
     n_embd_out = target.n_embd if n_embd_out is None else n_embd_out
     n_vocab = target.n_vocab if n_vocab is None else n_vocab
@@ -336,10 +347,11 @@ def e2b_files(folder: Path, seed: int = 0) -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     tgt, dft = folder / "gemma4-e2b-synthetic-q4_0.gguf", folder / "gemma4-e2b-assistant-synthetic-f16.gguf"
     if not tgt.exists():
-        write_gemma4(tgt.with_suffix(".tmp"), E2B, Q.Q4_0, Q.Q6_K, seed, random_blocks=True)
+        write_gemma4(tgt.with_suffix(".tmp"), E2B, Q.Q4_0, seed, TargetOpts(Q.Q6_K, random_blocks=True))
         tgt.with_suffix(".tmp").rename(tgt)
     if not dft.exists():
-        write_gemma4_assistant(dft.with_suffix(".tmp"), E2B, E2B_ASSISTANT, Q.F16, seed + 1, random_blocks=True)
+        write_gemma4_assistant(dft.with_suffix(".tmp"), E2B, E2B_ASSISTANT, Q.F16, seed + 1,
+                               AssistantOpts(random_blocks=True))
         dft.with_suffix(".tmp").rename(dft)
     return tgt, dft
 

@@ -22,7 +22,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> LocalModel:
 def test_exports_only_the_public_api() -> None:
     assert sorted(cuca.__all__) == [
         "ConfigError", "CucaError", "DraftStats", "DrafterSource", "LocalModel", "LocalModelConfig", "ModelSource",
-        "ProviderError", "Reply",
+        "ProviderError", "RemoteModel", "Reply",
     ]
     assert issubclass(cuca.ConfigError, cuca.CucaError) and issubclass(cuca.ProviderError, cuca.CucaError)
 

@@ -242,4 +242,6 @@ def test_info_describes_converted_files() -> None:
     q = file_info(path("qwen35-f16"))
     assert q["has_prediction_head"] and "1 nextn layer" in q["prediction_head"]
     assert not file_info(path("qwen35-nomtp-f32"))["has_prediction_head"]
-    assert "sidecar" in file_info(path("mtp-qwen35-f32"))["prediction_head"]
+    side = file_info(path("mtp-qwen35-f32"))  # a head cuca cannot pair with its trunk is not a usable head
+    assert "not usable" in side["prediction_head"] and "sidecar" in side["prediction_head"]
+    assert not side["has_prediction_head"]

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import reference_gemma4 as ref
-from synth_gemma4 import TINY, Q, write_gemma4, write_gemma4_assistant
+from synth import Edits
+from synth_gemma4 import TINY, AssistantOpts, Q, TargetOpts, write_gemma4, write_gemma4_assistant
 
 from cuca.errors import GGUFError, ProviderError
 from cuca.gguf import GGUFFile, open_gguf
@@ -42,9 +43,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("gemma4")
     return {
         "target": write_gemma4(d / "gemma4.gguf"),
-        "target_unused_kv": write_gemma4(d / "gemma4-kv.gguf", shared_kv_tensors=True),
+        "target_unused_kv": write_gemma4(d / "gemma4-kv.gguf", opts=TargetOpts(shared_kv_tensors=True)),
         "drafter": write_gemma4_assistant(d / "assistant.gguf"),
-        "target_q": write_gemma4(d / "gemma4-q.gguf", qtype=Q.Q4_0, embd_qtype=Q.Q8_0),
+        "target_q": write_gemma4(d / "gemma4-q.gguf", qtype=Q.Q4_0, opts=TargetOpts(embd_qtype=Q.Q8_0)),
         "drafter_f16": write_gemma4_assistant(d / "assistant-f16.gguf", qtype=Q.F16),
     }
 
@@ -215,13 +216,13 @@ def test_trap19_20_tokenizer_and_chat_template(files: dict[str, Path]) -> None:
 
 
 def test_drafter_width_mismatch(tmp_path: Path, target) -> None:  # type: ignore[no-untyped-def]
-    p = write_gemma4_assistant(tmp_path / "a.gguf", n_embd_out=96)
+    p = write_gemma4_assistant(tmp_path / "a.gguf", opts=AssistantOpts(n_embd_out=96))
     with pytest.raises(ProviderError, match=r"embedding_length_out 96 .* embedding_length 64"):
         load_assistant(open_gguf(p), target.ops, target)
 
 
 def test_drafter_vocab_mismatch(tmp_path: Path, target) -> None:  # type: ignore[no-untyped-def]
-    p = write_gemma4_assistant(tmp_path / "a.gguf", n_vocab=480)
+    p = write_gemma4_assistant(tmp_path / "a.gguf", opts=AssistantOpts(n_vocab=480))
     with pytest.raises(ProviderError, match=r"480 tokens .* 512"):
         load_assistant(open_gguf(p), target.ops, target)
 
@@ -246,20 +247,21 @@ def test_drafter_for_another_architecture(files: dict[str, Path], tmp_path: Path
 
 @pytest.mark.parametrize("name", ["blk.3.attn_k.weight", "per_layer_proj_norm.weight", "rope_freqs.weight"])
 def test_missing_tensor(tmp_path: Path, name: str) -> None:
-    p = write_gemma4(tmp_path / "t.gguf", skip=(name,))
+    p = write_gemma4(tmp_path / "t.gguf", opts=TargetOpts(edits=Edits(skip=(name,))))
     with pytest.raises(ProviderError, match=rf"missing tensor '{name}'"):
         load_model(open_gguf(p))
 
 
 def test_missing_drafter_tensor(tmp_path: Path, target) -> None:  # type: ignore[no-untyped-def]
-    p = write_gemma4_assistant(tmp_path / "a.gguf", skip=("nextn.pre_projection.weight",))
+    p = write_gemma4_assistant(tmp_path / "a.gguf",
+                               opts=AssistantOpts(edits=Edits(skip=("nextn.pre_projection.weight",))))
     with pytest.raises(ProviderError, match="missing tensor 'nextn.pre_projection.weight'"):
         load_assistant(open_gguf(p), target.ops, target)
 
 
 @pytest.mark.parametrize("key", ["gemma4.attention.sliding_window_pattern", "gemma4.attention.key_length_swa"])
 def test_missing_key(tmp_path: Path, key: str) -> None:
-    p = write_gemma4(tmp_path / "t.gguf", drop_keys=(key,))
+    p = write_gemma4(tmp_path / "t.gguf", opts=TargetOpts(edits=Edits(drop_keys=(key,))))
     with pytest.raises(GGUFError, match=key):
         load_model(open_gguf(p))
 

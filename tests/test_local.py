@@ -100,11 +100,12 @@ def test_config_errors_name_the_field(path: Path, kw: dict, field: str) -> None:
         LocalModel.load_sync(LocalModelConfig(path, **kw))
 
 
-def test_unavailable_drafters_say_why(path: Path) -> None:
+def test_unavailable_drafters_say_why(path: Path, tmp_path: Path) -> None:
     with pytest.raises(ProviderError, match="no prediction head"):
         LocalModel.load_sync(LocalModelConfig(path, drafter=DrafterSource.IN_TRUNK))
-    with pytest.raises(ProviderError, match=r"architecture '\w+' is not a drafter file"):
-        LocalModel.load_sync(LocalModelConfig(path, drafter=DrafterSource.file(path)))
+    other = write_tiny(tmp_path / "f.gguf", arch="falcon")
+    with pytest.raises(ProviderError, match=r"architecture 'falcon' is neither a drafter file .* nor a model cuca"):
+        LocalModel.load_sync(LocalModelConfig(path, drafter=DrafterSource.file(other)))
     with pytest.raises(ConfigError, match="in-trunk prediction head runs on the CPU only"):
         LocalModel.load_sync(LocalModelConfig(path, drafter="in-trunk", device="cuda"))
 

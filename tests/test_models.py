@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from reference import reference_forward
-from synth import Q, write_tiny
+from synth import Edits, Q, write_tiny
 
 from cuca.errors import GGUFError, ProviderError
 from cuca.gguf import open_gguf
@@ -85,10 +85,11 @@ def test_trim_rolls_back_exactly(tmp_path: Path, arch: str) -> None:
 
 
 def test_missing_tensor_and_key_are_named(tmp_path: Path) -> None:
-    p = write_tiny(tmp_path / "a.gguf", skip=("blk.1.ffn_up.weight",))
+    p = write_tiny(tmp_path / "a.gguf", edits=Edits(skip=("blk.1.ffn_up.weight",)))
     with pytest.raises(ProviderError, match=r"blk\.1\.ffn_up\.weight"):
         _load(p)
-    p = write_tiny(tmp_path / "b.gguf", arch="gemma3", drop_keys=("gemma3.attention.key_length",))
+    p = write_tiny(tmp_path / "b.gguf", arch="gemma3",
+                   edits=Edits(drop_keys=("gemma3.attention.key_length",)))
     with pytest.raises(GGUFError, match="gemma3.attention.key_length"):
         _load(p)
 

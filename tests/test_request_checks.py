@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from synth import write_tiny
+from synth import Tiny, write_tiny
 
 from cuca import ConfigError, DrafterSource, LocalModel, LocalModelConfig
 from cuca.errors import ContextLengthError
@@ -18,7 +18,8 @@ from cuca.speculative.drafters.prompt_lookup import PromptLookupDrafter
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny(tmp_path_factory.mktemp("checks") / "tiny.gguf", arch="gemma3", untied=True)  # trained: 256
+    # trained context: 256
+    return write_tiny(tmp_path_factory.mktemp("checks") / "tiny.gguf", arch="gemma3", shape=Tiny(untied=True))
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from synth import write_tiny
-from synth_gemma4 import write_gemma4, write_gemma4_assistant
+from synth_gemma4 import AssistantOpts, write_gemma4, write_gemma4_assistant
 
 from cuca import ConfigError, DrafterSource, LocalModel, LocalModelConfig, ModelSource, ProviderError, kernels
 from cuca.device import Device
@@ -63,7 +63,7 @@ def test_device_is_one_value_checked_once() -> None:
                                        ({"n_vocab": 480}, r"480 tokens .* 512")])
 def test_a_mismatched_drafter_fails_at_load(tmp_path: Path, kw: dict, match: str) -> None:
     target = write_gemma4(tmp_path / "t.gguf")
-    drafter = write_gemma4_assistant(tmp_path / "a.gguf", **kw)
+    drafter = write_gemma4_assistant(tmp_path / "a.gguf", opts=AssistantOpts(**kw))
     with pytest.raises(ProviderError, match=match):
         LocalModel.load_sync(LocalModelConfig(target, drafter=DrafterSource.file(drafter), threads=1))
 

@@ -24,7 +24,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tools")]
 
 import synth_qwen35  # noqa: E402
 from synth import Q, write_tiny  # noqa: E402
-from synth_gemma4 import write_gemma4, write_gemma4_assistant  # noqa: E402
+from synth_gemma4 import TargetOpts, write_gemma4, write_gemma4_assistant  # noqa: E402
 
 from cuca.engine import Engine  # noqa: E402
 from cuca.gguf import open_gguf  # noqa: E402
@@ -81,7 +81,7 @@ def synthetic(d: Path) -> dict[str, Any]:
     files = {f"{a}-{q}": write_tiny(d / f"{a}{q}.gguf", arch=a, qtype=q) for a in ("llama", "gemma3")
              for q in (Q.Q8_0, Q.Q4_1, Q.F16)}
     files["gemma4"] = write_gemma4(d / "g4.gguf")
-    files["gemma4-q4"] = write_gemma4(d / "g4q.gguf", qtype=Q.Q4_0, random_blocks=True)
+    files["gemma4-q4"] = write_gemma4(d / "g4q.gguf", qtype=Q.Q4_0, opts=TargetOpts(random_blocks=True))
     files["qwen35"] = synth_qwen35.write(d / "q.gguf")
     for name, path in files.items():
         for impl, threads in (("c", 2), ("c", 1), ("numpy", 2)):

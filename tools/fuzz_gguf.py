@@ -165,8 +165,8 @@ def make_seeds(folder: Path) -> dict[str, bytes]:
 
     seeds = {}
     for arch in ("llama", "gemma3"):
-        p = synth.write_tiny(folder / f"{arch}.gguf", arch=arch, n_vocab=300, n_embd=32, n_head=2, n_head_kv=1,
-                             head_dim=16, n_ff=32)
+        p = synth.write_tiny(folder / f"{arch}.gguf", arch=arch,
+                             shape=synth.Tiny(n_vocab=300, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=32))
         seeds[arch] = p.read_bytes()
     s = synth_gemma4.TINY
     seeds["gemma4"] = synth_gemma4.write_gemma4(folder / "gemma4.gguf", s).read_bytes()

@@ -15,7 +15,7 @@ from .cache import Cache
 from .config import opt, req  # noqa: F401  (the typed reader, re-exported)
 from .ops import Ops
 
-ARCHITECTURES = ("llama", "gemma3", "gemma4", "qwen35")
+ARCHITECTURES = ("llama", "gemma3", "gemma4", "qwen35", "qwen3", "qwen2")
 DRAFTER_ARCHITECTURES = ("gemma4-assistant",)  # drafters only: they need a target to run
 
 

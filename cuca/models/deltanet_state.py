@@ -41,6 +41,11 @@ class HybridCache:
         self._raw: list[np.ndarray | None] = [None] * n_rec  # [conv window before | raw rows] of the last batch
         self._kept = 0  # tokens of the last batch still cached that a trim may fall back into (0: none)
         self._snapped = False
+        self._m = 0  # rows of the batch running now
+        # the prompt cache sets save_every (its prefill chunk): a batch of exactly that many rows ending at a multiple
+        # of it is a full prefill chunk, whose end state a cold prefill reaches too; `saved` keeps the latest
+        self.save_every = 0
+        self.saved: tuple[int, list[np.ndarray]] | None = None
 
     @property
     def n(self) -> int:
@@ -72,7 +77,7 @@ class HybridCache:
 
     def begin(self, m: int) -> bool:
         """A batch of m tokens starts: whether to keep per-token snapshots."""
-        self._kept, self._snapped = m, 1 < m <= self.max_snaps + 1
+        self._kept, self._snapped, self._m = m, 1 < m <= self.max_snaps + 1, m
         return self._snapped
 
     def snaps(self, li: int) -> np.ndarray | None:
@@ -88,6 +93,9 @@ class HybridCache:
 
     def advance(self, pos_end: int) -> None:
         self.kv.advance(pos_end)
+        every = self.save_every
+        if every and self._m == every and pos_end % every == 0:
+            self.saved = self.snapshot()
 
     def trim(self, n: int) -> None:
         """Forget the last n positions (at most the last batch minus its first token)."""
@@ -104,6 +112,22 @@ class HybridCache:
             self.conv[li][...] = raw[keep : keep + self.conv[li].shape[0]]
         self.kv.trim(n)
         self._kept = keep
+
+    def snapshot(self) -> tuple[int, list[np.ndarray]]:
+        """The state at this point (positions held, conv windows, recurrent states), for `restore`: how a drafter
+        with this cache returns past more than one forward batch, and what the prompt cache keeps of a prompt (K/V
+        rows are only counted, not copied: those before the snapshot must not be rewritten before a restore)."""
+        return self.kv.n, [a.copy() for a in (*self.conv, *self.ssm)]
+
+    def restore(self, snap: tuple[int, list[np.ndarray]]) -> None:
+        """Back to a `snapshot` taken at or before the current position (later K/V rows are forgotten)."""
+        n, arrays = snap
+        if n > self.kv.n:
+            raise ValueError(f"cannot restore a snapshot at {n} positions into a cache holding {self.kv.n}")
+        for dst, src in zip((*self.conv, *self.ssm), arrays, strict=True):
+            dst[...] = src
+        self.kv.n = n
+        self._kept, self._snapped = 0, False
 
     def reset(self) -> None:
         self.kv.reset()

@@ -101,7 +101,8 @@ class AttnSpec:
 class Attention:
     """Self-attention over each sequence's cache: q/k/v projections (no attn_v: v is the k projection), norms,
     RoPE at the rows' positions, K/V stored in cache layer `slot`, output projection. `owns_kv=False`: only the
-    query side; the layer reads the K/V another layer wrote at `slot` (KV sharing, drafters)."""
+    query side; the layer reads the K/V another layer wrote at `slot` (KV sharing, drafters). The q/k/v
+    projections add their `.bias` vectors where the file has them (Qwen 2)."""
 
     def __init__(self, f: GGUFFile, prefix: str, spec: AttnSpec, slot: int, *, owns_kv: bool = True):
         s, e, hd = spec, spec.n_embd, spec.head_dim
@@ -110,23 +111,26 @@ class Attention:
         self.attn_q = linear(f, prefix + "attn_q.weight", (2 if s.gated else 1) * s.n_head * hd, e)
         self.attn_output = linear(f, prefix + "attn_output.weight", e, s.n_head * hd)
         self.attn_q_norm = vector(f, prefix + "attn_q_norm.weight", hd) if s.qk_norm else None
+        self.bq = _bias(f, prefix + "attn_q.bias", self.attn_q.n_out)
         if owns_kv:
             kv_dim = s.n_head_kv * hd
             self.attn_k = linear(f, prefix + "attn_k.weight", kv_dim, e)
             self.attn_k_norm = vector(f, prefix + "attn_k_norm.weight", hd) if s.qk_norm else None
             name = prefix + "attn_v.weight"
             self.attn_v = linear(f, name, kv_dim, e) if name in f.tensors else None
+            self.bk = _bias(f, prefix + "attn_k.bias", kv_dim)
+            self.bv = _bias(f, prefix + "attn_v.bias", kv_dim) if self.attn_v is not None else None
 
     def query(self, ops: Ops, h: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """h (M, n_embd) -> (roped, normed q (M, n_head, hd), gate (M, n_head * hd) or None)."""
         s, m, hd = self.spec, h.shape[0], self.spec.head_dim
         gate = None
         if s.gated:
-            qg = self.attn_q(ops, h).reshape(m, s.n_head, 2 * hd)
+            qg = _add(self.attn_q(ops, h), self.bq).reshape(m, s.n_head, 2 * hd)
             q = ops.rms_norm(qg[:, :, :hd], self.attn_q_norm, s.eps)
             gate = qg[:, :, hd:].reshape(m, -1)
         else:
-            q = self.attn_q(ops, h).reshape(m, s.n_head, hd)
+            q = _add(self.attn_q(ops, h), self.bq).reshape(m, s.n_head, hd)
             if s.qk_norm:
                 q = ops.rms_norm(q, self.attn_q_norm, s.eps)
         ops.rope(q, positions, self.rope)
@@ -135,8 +139,8 @@ class Attention:
     def keys_values(self, ops: Ops, h: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """h (M, n_embd) -> (roped, normed k, v), each (M, n_head_kv, hd)."""
         s, m, hd = self.spec, h.shape[0], self.spec.head_dim
-        k = self.attn_k(ops, h).reshape(m, s.n_head_kv, hd)
-        v = self.attn_v(ops, h).reshape(m, s.n_head_kv, hd) if self.attn_v is not None else k
+        k = _add(self.attn_k(ops, h), self.bk).reshape(m, s.n_head_kv, hd)
+        v = _add(self.attn_v(ops, h), self.bv).reshape(m, s.n_head_kv, hd) if self.attn_v is not None else k
         if s.v_norm:
             v = ops.rms_norm(v, None, s.eps)
         if s.qk_norm:
@@ -168,6 +172,17 @@ class Attention:
         if gate is not None:
             a *= ops.sigmoid(gate)
         return self.attn_output(ops, a)
+
+
+def _bias(f: GGUFFile, name: str, n: int) -> np.ndarray | None:
+    return vector(f, name, n) if name in f.tensors else None
+
+
+def _add(x: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    """x (M, n) + b (n,) in place, row by row the same whatever M (b None: x as is)."""
+    if b is not None:
+        x += b
+    return x
 
 
 class GatedMLP:

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SourceError
-from .download import download_hub, download_url, hub_cache_dir, offline
+from .download import SHA256, download_hub, download_url, hub_cache_dir, offline
 from .presets import IN_TRUNK, PRESETS, Preset, paired_drafter
 
 _REPO_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 _HF_FORM = "hf:owner/repo/file.gguf, optionally followed by @revision"
 
 
@@ -124,7 +123,7 @@ def _split_sha(body: str, whole: str) -> tuple[str, str | None]:
     if "#" not in body:
         return body, None
     body, frag = body.split("#", 1)
-    if not frag.startswith("sha256=") or not _SHA256.fullmatch(frag[7:].lower()):
+    if not frag.startswith("sha256=") or not SHA256.fullmatch(frag[7:].lower()):
         raise SourceError(f"model source {whole!r}: the only fragment understood is #sha256=<64 hex digits>")
     return body, frag[7:].lower()
 

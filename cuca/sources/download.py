@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import SourceError
 
 _TRUE = {"1", "on", "yes", "true"}
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+SHA256 = re.compile(r"[0-9a-f]{64}")  # a hex sha256 digest
 
 
 def hub_cache_dir() -> Path:
@@ -161,7 +161,7 @@ def download_hub(
         raise SourceError(f"{ref}: download failed ({e}); run the same command again to retry") from None
     path = Path(got)
     expect = sha256
-    if expect is None and fresh and not verified and _SHA256.fullmatch(path.resolve().name):
+    if expect is None and fresh and not verified and SHA256.fullmatch(path.resolve().name):
         expect = path.resolve().name  # an LFS blob is named by its sha256, which the hub sent as its ETag
     _check(path, ref, size, expect, full=fresh and not verified, remove=[path.resolve(), path])
     return path
@@ -191,20 +191,19 @@ def _fetch_blob_resumably(hub_file: _HubFile, sha256: str | None, size: int | No
     from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
     h = hub_file
-    repo, file, revision, endpoint, cache, ref = h.repo, h.file, h.revision, h.endpoint, h.cache, h.ref
-    url = hf_hub_url(repo, file, revision=revision, endpoint=endpoint)
+    url = hf_hub_url(h.repo, h.file, revision=h.revision, endpoint=h.endpoint)
     try:
-        meta = get_hf_file_metadata(url, endpoint=endpoint)
+        meta = get_hf_file_metadata(url, endpoint=h.endpoint)
     except Exception:
         return False
     if meta.etag is None or meta.commit_hash is None or (meta.xet_file_data is not None and is_xet_available()):
         return False
-    folder = "models--" + repo.replace("/", "--")
-    blob = cache / folder / "blobs" / meta.etag
+    folder = "models--" + h.repo.replace("/", "--")
+    blob = h.cache / folder / "blobs" / meta.etag
     if blob.exists():
         return False
     blob.parent.mkdir(parents=True, exist_ok=True)
-    lock = cache / ".locks" / folder / f"{meta.etag}.lock"  # the lock hf_hub_download takes for this blob
+    lock = h.cache / ".locks" / folder / f"{meta.etag}.lock"  # the lock hf_hub_download takes for this blob
     lock.parent.mkdir(parents=True, exist_ok=True)
     with WeakFileLock(lock):
         if blob.exists():  # another process finished it while we waited
@@ -219,20 +218,20 @@ def _fetch_blob_resumably(hub_file: _HubFile, sha256: str | None, size: int | No
         if urllib.parse.urlsplit(source).netloc != urllib.parse.urlsplit(url).netloc:
             headers.pop("authorization", None)  # a signed CDN URL: the token stays with the hub
         # an LFS file's ETag is its sha256: the hub's own hash checks the bytes when the caller knows none
-        expect = sha256 or (meta.etag if _SHA256.fullmatch(meta.etag) else None)
+        expect = sha256 or (meta.etag if SHA256.fullmatch(meta.etag) else None)
         for resume in (have, 0) if have else (0,):
             try:
                 with open(part, "ab" if resume else "wb") as f:
                     http_get(source, f, resume_size=resume, headers=headers, expected_size=meta.size,
-                             displayed_filename=file, tqdm_class=_progress_class(progress))
+                             displayed_filename=h.file, tqdm_class=_progress_class(progress))
             except Exception as e:
                 got = part.stat().st_size if part.is_file() else 0
                 raise SourceError(
-                    f"download of {ref} broke off at {got} of {meta.size} bytes ({e}); run the same command again "
+                    f"download of {h.ref} broke off at {got} of {meta.size} bytes ({e}); run the same command again "
                     "to resume"
                 ) from None
             try:
-                _check(part, ref, size, expect, full=True, remove=[part])
+                _check(part, h.ref, size, expect, full=True, remove=[part])
                 break
             except SourceError:
                 if not resume:

@@ -91,6 +91,41 @@ PRESETS: dict[str, Preset] = {
             drafter=IN_TRUNK,
             note="the prediction head is inside the file (blk.24.nextn.*); size and sha256 not in our sources",
         ),
+        Preset(
+            "qwen3-8b-q4_k_m",
+            "qwen3",
+            "Qwen/Qwen3-8B-GGUF",
+            "Qwen3-8B-Q4_K_M.gguf",
+            drafter="qwen3-0.6b-q8_0",
+            note="Qwen's own GGUF of the dense 8B; size and sha256 not in our sources",
+        ),
+        Preset(
+            "qwen3-0.6b-q8_0",
+            "qwen3",
+            "Qwen/Qwen3-0.6B-GGUF",
+            "Qwen3-0.6B-Q8_0.gguf",
+            pairs_with=("qwen3-8b-q4_k_m",),
+            note="the draft model of the Qwen 3 family (same vocabulary as the 8B); size and sha256 not in our "
+                 "sources",
+        ),
+        Preset(
+            "qwen2.5-7b-instruct-q4_k_m",
+            "qwen2",
+            "bartowski/Qwen2.5-7B-Instruct-GGUF",
+            "Qwen2.5-7B-Instruct-Q4_K_M.gguf",
+            drafter="qwen2.5-0.5b-instruct-q8_0",
+            note="one file (Qwen's own repo splits this quantization in two parts); size and sha256 not in our "
+                 "sources",
+        ),
+        Preset(
+            "qwen2.5-0.5b-instruct-q8_0",
+            "qwen2",
+            "Qwen/Qwen2.5-0.5B-Instruct-GGUF",
+            "qwen2.5-0.5b-instruct-q8_0.gguf",
+            pairs_with=("qwen2.5-7b-instruct-q4_k_m",),
+            note="the draft model of the Qwen 2.5 family (its vocabulary differs from the 7B's in size only, within "
+                 "llama.cpp's 128); size and sha256 not in our sources",
+        ),
     )
 }
 

@@ -49,11 +49,18 @@ class SpeculativeDecoder:
         self.stats = RequestDraftStats()
         self.clock: Callable[[], float] = time.perf_counter
 
-    def generate(self, prompt: list[int], max_tokens: int, params: SamplingParams,
-                 rng: np.random.Generator) -> Iterator[int]:
-        """Prefill `prompt` (the cache must be empty), then yield max_tokens tokens, the first from the prefill;
-        the caller may stop iterating at a stop token: nothing after it is committed."""
-        fed, pos, emitted = self._prefill(prompt, params, rng), len(prompt), 1
+    def resume(self, prompt: list[int], keep: int, params: SamplingParams, rng: np.random.Generator) -> int:
+        """The prompt cache offers `keep` rows of `prompt` already in the target's cache: the drafter resumes on as
+        many of them as its own state agrees with (0 when it cannot resume: a cold start)."""
+        fn = getattr(self.drafter, "resume", None)
+        return int(fn(prompt, keep, params, rng)) if fn is not None and keep > 0 else 0
+
+    def generate(self, prompt: list[int], max_tokens: int, params: SamplingParams, rng: np.random.Generator,
+                 start: int = 0) -> Iterator[int]:
+        """Prefill `prompt` (the cache holds its first `start` rows, and the drafter was resumed on them; 0: the
+        cache is empty), then yield max_tokens tokens, the first from the prefill; the caller may stop iterating at
+        a stop token: nothing after it is committed."""
+        fed, pos, emitted = self._prefill(prompt, params, rng, start), len(prompt), 1
         yield fed
         force = params.seed is not None and not params.greedy  # seeded sampling drafts every round: reproducible
         mark = self.governor.event_count
@@ -75,11 +82,13 @@ class SpeculativeDecoder:
         finally:  # also when the caller stops at a stop token
             self.stats.governor_events += self.governor.events_since(mark)
 
-    def _prefill(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> int:
-        """The prompt through the target, its rows committed to the drafter; returns the first token."""
-        self.drafter.begin(prompt, params, rng)
+    def _prefill(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator, start: int) -> int:
+        """The prompt (from row `start`) through the target, its rows committed to the drafter; returns the first
+        token."""
+        if start == 0:
+            self.drafter.begin(prompt, params, rng)
         last: tuple[np.ndarray, np.ndarray] | None = None
-        for rows in prefill_rows(self.model, self.cache, prompt):
+        for rows in prefill_rows(self.model, self.cache, prompt[start:]):
             if last is not None:  # row p is followed by prompt[p + 1]
                 self.drafter.commit(prompt[int(last[0][0]) + 1 : int(last[0][-1]) + 2], *last)
             last = rows

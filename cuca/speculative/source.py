@@ -11,19 +11,22 @@ from ..sampling import is_int
 from ..sources import ModelSource
 from .drafters.prompt_lookup import MAX_NGRAM
 
-KINDS = ("file", "in_trunk", "prompt_lookup")
+KINDS = ("file", "in_trunk", "prompt_lookup", "auto")
 
 
 @dataclass(frozen=True)
 class DrafterSource:
-    """`kind` is "file" (a separate drafter GGUF at `source`), "in_trunk" (the target's own MTP head) or
-    "prompt_lookup" (n-grams up to `max_ngram`). Checked when built: a ConfigError names what is wrong."""
+    """`kind` is "file" (a drafter GGUF or a small model of the target's family at `source`), "in_trunk" (the
+    target's own MTP head), "prompt_lookup" (n-grams up to `max_ngram`) or "auto" (resolved when the target is
+    loaded: its in-trunk head if it has one, else its preset's paired drafter, else prompt lookup). Checked when
+    built: a ConfigError names what is wrong."""
 
     kind: str
     source: ModelSource | None = None
     max_ngram: int = 3
 
     IN_TRUNK: ClassVar[DrafterSource]
+    AUTO: ClassVar[DrafterSource]
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -46,9 +49,12 @@ class DrafterSource:
 
     @classmethod
     def parse(cls, value: DrafterSource | ModelSource | str | os.PathLike[str]) -> DrafterSource:
-        """A DrafterSource as is; "in-trunk" / "prompt-lookup"; anything else is a drafter file's ModelSource."""
+        """A DrafterSource as is; "in-trunk" / "prompt-lookup" / "auto"; anything else is a drafter file's
+        ModelSource."""
         if isinstance(value, DrafterSource):
             return value
+        if isinstance(value, str) and value == "auto":
+            return cls.AUTO
         if isinstance(value, str) and value.replace("_", "-") == "in-trunk":
             return cls.IN_TRUNK
         if isinstance(value, str) and value.replace("_", "-") == "prompt-lookup":
@@ -57,3 +63,4 @@ class DrafterSource:
 
 
 DrafterSource.IN_TRUNK = DrafterSource("in_trunk")
+DrafterSource.AUTO = DrafterSource("auto")

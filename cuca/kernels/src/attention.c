@@ -19,12 +19,12 @@
  * runs the very same merges as the single-pass path. */
 #include <limits.h>
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuca.h"
 #include "ops.h"
+#include "pool.h"
 #include "vmath.h"
 
 #define ATT_B 128               /* keys per block */
@@ -431,6 +431,43 @@ static float *att_alloc(size_t nfloat) {
     return (float *)aligned_alloc(64, bytes ? bytes : 64);
 }
 
+typedef struct {
+    const att_args *A;
+    float *ws; /* per thread: stride floats, scores then D zeros then (unsplit) the output rows */
+    size_t stride;
+    int R, D, split, nsb, nhs, ntile, TR, HS;
+    float *scr_o, *scr_m, *scr_l;
+} att_job;
+
+/* item it: (kv head g, row tile, head slice[, key superblock when split]) */
+static void att_work_item(void *ctx, int64_t it, int tid) {
+    const att_job *J = (const att_job *)ctx;
+    att_ws W;
+    float *buf = J->ws + (size_t)tid * J->stride;
+    W.sc = buf;
+    W.zero = buf + (size_t)J->R * ATT_B;
+    float *osbuf = W.zero + J->D;
+    long rest = (long)it;
+    const int sb = J->split ? (int)(rest % J->nsb) : 0;
+    if (J->split) rest /= J->nsb;
+    const int hs = (int)(rest % J->nhs);
+    rest /= J->nhs;
+    const int tile = (int)(rest % J->ntile);
+    const int g = (int)(rest / J->ntile);
+    const int i0 = tile * J->TR, i1 = imin(J->A->M, i0 + J->TR), h0 = hs * J->HS, h1 = imin(J->A->G, h0 + J->HS);
+    if (J->split)
+        att_item_split(J->A, &W, g, i0, i1, h0, h1, sb, J->nsb, J->scr_o, J->scr_m, J->scr_l);
+    else
+        att_item(J->A, &W, osbuf, g, i0, i1, h0, h1);
+}
+
+/* item rh: row rh / H, head rh % H, its superblocks' partial results combined */
+static void att_combine_item(void *ctx, int64_t rh, int tid) {
+    const att_job *J = (const att_job *)ctx;
+    (void)tid;
+    att_combine(J->A, (int)(rh / J->A->H), (int)(rh % J->A->H), J->nsb, J->scr_o, J->scr_m, J->scr_l);
+}
+
 int cuca_attention(const cuca_attention_args *a) {
     const int M = a->M, n_head = a->n_head, n_kv_head = a->n_kv_head, hd_k = a->hd_k, hd_v = a->hd_v;
     const int n_ctx = a->n_ctx, n_kv = a->n_kv, window = a->window, n_threads = a->n_threads;
@@ -449,7 +486,7 @@ int cuca_attention(const cuca_attention_args *a) {
         if (hi > lo) work += (double)(hi - lo);
     }
     work *= (double)n_head * (hd_k + hd_v);
-    const int nt = work < ATT_PAR_MIN ? 1 : n_threads > 0 ? n_threads : omp_get_max_threads();
+    const int nt = work < ATT_PAR_MIN ? 1 : n_threads > 0 ? n_threads : cuca_pool_default_threads();
 
     int HS = imin(G, ATT_RMAX), TR = imin(M, imax(1, ATT_RMAX / HS));
 #define ATT_NITEMS ((long)n_kv_head * ((M + TR - 1) / TR) * ((G + HS - 1) / HS))
@@ -478,51 +515,22 @@ int cuca_attention(const cuca_attention_args *a) {
     }
     const int R = TR * HS;
     const size_t ws_floats = (size_t)R * ATT_B + (size_t)hd_k + (split ? 0 : (size_t)R * hd_v);
-    int err = 0;
+    const size_t stride = (ws_floats + 15) / 16 * 16; /* per-thread workspaces on their own cache lines */
     const int nth = (int)(nitems < nt ? nitems : nt);
-
-#pragma omp parallel num_threads(nth) if (nth > 1)
-    {
-        att_ws W;
-        float *buf = att_alloc(ws_floats);
-        if (!buf) {
-#pragma omp atomic write
-            err = 1;
-        }
-        if (buf) {
-            W.sc = buf;
-            W.zero = buf + (size_t)R * ATT_B;
-            memset(W.zero, 0, sizeof(float) * (size_t)hd_k);
-        }
-        float *osbuf = buf ? W.zero + hd_k : NULL;
-#pragma omp for schedule(dynamic, 1)
-        for (long it = 0; it < nitems; ++it) {
-            if (!buf) continue;
-            long rest = it;
-            const int sb = split ? (int)(rest % nsb) : 0;
-            if (split) rest /= nsb;
-            const int hs = (int)(rest % nhs);
-            rest /= nhs;
-            const int tile = (int)(rest % ntile);
-            const int g = (int)(rest / ntile);
-            const int i0 = tile * TR, i1 = imin(M, i0 + TR), h0 = hs * HS, h1 = imin(G, h0 + HS);
-            if (split)
-                att_item_split(&A, &W, g, i0, i1, h0, h1, sb, nsb, scr_o, scr_m, scr_l);
-            else
-                att_item(&A, &W, osbuf, g, i0, i1, h0, h1);
-        }
-        int failed;
-#pragma omp atomic read
-        failed = err;
-        if (split && !failed) {
-#pragma omp for schedule(static)
-            for (long rh = 0; rh < (long)M * n_head; ++rh)
-                att_combine(&A, (int)(rh / n_head), (int)(rh % n_head), nsb, scr_o, scr_m, scr_l);
-        }
-        free(buf);
+    att_job J = {&A, NULL, stride, R, hd_k, split, nsb, nhs, ntile, TR, HS, scr_o, scr_m, scr_l};
+    J.ws = att_alloc(stride * (size_t)nth);
+    if (!J.ws) {
+        free(scr_o);
+        free(scr_m);
+        free(scr_l);
+        return CUCA_ENOMEM;
     }
+    for (int t = 0; t < nth; ++t) memset(J.ws + t * stride + (size_t)R * ATT_B, 0, sizeof(float) * (size_t)hd_k);
+    cuca_pool_run(nth, nitems, 1, att_work_item, &J);
+    if (split) cuca_pool_run(nth, (int64_t)M * n_head, 0, att_combine_item, &J);
+    free(J.ws);
     free(scr_o);
     free(scr_m);
     free(scr_l);
-    return err ? CUCA_ENOMEM : CUCA_OK;
+    return CUCA_OK;
 }

@@ -4,17 +4,17 @@
  *   q, k <- q / sqrt(sum q^2 + eps), k / sqrt(sum k^2 + eps); q <- q * scale
  *   S <- exp(g) S;  kv = k^T S;  S <- S + k (beta (v - kv))^T;  o = q^T S   (o uses the updated state)
  * One (token, head) is always the same float operations, in the same order, whatever the number of tokens in
- * the call, the token's place in it or the threads (threads only split heads): decode and verify give
+ * the call, the token's place in it or the threads (threads only take whole heads): decode and verify give
  * bit-identical states and outputs. Columns of the state are independent, so each block of columns runs all the
  * tokens of the call while it sits in L1, in place in the live state; with snapshots, the state after token
  * t < T-1 is also stored to snaps[t] as it is produced (no extra pass over the state). */
 #include <math.h>
-#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "cuca.h"
 #include "ops.h"
+#include "pool.h"
 #include "vmath.h"
 
 /* 1 / sqrt(sum x^2 + eps): products in float, sum in double, one fixed order */
@@ -99,61 +99,64 @@ static void dn_block(const float *v, vf ev, vf bv, float *S, float *snap, float 
     for (int u = 0; u < DN_NV; ++u) v_store(o + u * VL, a[u]);
 }
 
-int cuca_deltanet_f32(const cuca_deltanet_args *a) {
+typedef struct {
+    const cuca_deltanet_args *a;
+    float *bufs; /* per thread: T * (2 dk + 2) floats */
+} dn_job;
+
+/* item h: every token of head h */
+static void dn_head_item(void *ctx, int64_t hh, int tid) {
+    const dn_job *J = (const dn_job *)ctx;
+    const cuca_deltanet_args *a = J->a;
     const float *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta;
     const ptrdiff_t q_s0 = a->q_s0, q_s1 = a->q_s1, k_s0 = a->k_s0, k_s1 = a->k_s1, v_s0 = a->v_s0, v_s1 = a->v_s1;
     const ptrdiff_t g_s0 = a->g_s0, b_s0 = a->b_s0, o_s0 = a->o_s0, o_s1 = a->o_s1;
     float *state = a->state, *snaps = a->snaps, *out = a->out;
-    const int T = a->T, H = a->H, dk = a->dk, dv = a->dv, n_threads = a->n_threads;
+    const int T = a->T, H = a->H, dk = a->dk, dv = a->dv, h = (int)hh;
     const float eps = a->eps, scale = a->scale;
+    const size_t hs = (size_t)dk * dv, ts = hs * (size_t)H;
+    /* per token: the normalised q and k, exp(g) and beta of this head */
+    float *buf = J->bufs + (size_t)tid * (size_t)T * (size_t)(2 * dk + 2);
+    float *qn = buf, *kn = buf + (size_t)T * dk, *ex = kn + (size_t)T * dk, *bt = ex + T;
+    for (int t = 0; t < T; ++t) {
+        const float *qt = q + t * q_s0 + h * q_s1, *kt = k + t * k_s0 + h * k_s1;
+        const float iq = dn_inv_norm(qt, dk, eps), ik = dn_inv_norm(kt, dk, eps);
+        for (int i = 0; i < dk; ++i) {
+            qn[(size_t)t * dk + i] = (qt[i] * iq) * scale;
+            kn[(size_t)t * dk + i] = kt[i] * ik;
+        }
+        ex[t] = expf(g[t * g_s0 + h]);
+        bt[t] = beta[t * b_s0 + h];
+    }
+    float *live = state + (size_t)h * hs;
+    /* columns are independent: each block of columns runs every token while it sits in L1 */
+    int j0 = 0;
+    for (; j0 + DN_BW <= dv; j0 += DN_BW)
+        for (int t = 0; t < T; ++t)
+            dn_block(v + t * v_s0 + h * v_s1 + j0, v_set1(ex[t]), v_set1(bt[t]), live + j0,
+                     snaps && t < T - 1 ? snaps + (size_t)t * ts + (size_t)h * hs + j0 : NULL,
+                     out + t * o_s0 + h * o_s1 + j0, dk, dv, qn + (size_t)t * dk, kn + (size_t)t * dk);
+    if (j0 < dv)
+        for (int t = 0; t < T; ++t)
+            dn_cols_scalar(v + t * v_s0 + h * v_s1, ex[t], bt[t], live,
+                           snaps && t < T - 1 ? snaps + (size_t)t * ts + (size_t)h * hs : NULL,
+                           out + t * o_s0 + h * o_s1, dk, dv, j0, dv, qn + (size_t)t * dk, kn + (size_t)t * dk);
+#if VL == 16 || (VL == 8 && defined(__AVX2__))
+    if (snaps) _mm_sfence(); /* this thread's non-temporal snapshot stores are visible before the job ends */
+#endif
+}
+
+int cuca_deltanet_f32(const cuca_deltanet_args *a) {
+    const int T = a->T, H = a->H, dk = a->dk, dv = a->dv, n_threads = a->n_threads;
     if (T < 0 || H < 0 || dk < 1 || dv < 1) return CUCA_EINVAL;
     if (T == 0 || H == 0) return CUCA_OK;
-    const size_t hs = (size_t)dk * dv, ts = hs * (size_t)H;
-    int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+    const size_t ts = (size_t)dk * dv * (size_t)H;
+    int nt = n_threads > 0 ? n_threads : cuca_pool_default_threads();
     if (nt > H) nt = H;
     if ((double)T * (double)ts < 65536.0) nt = 1;
-    int err = 0;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        /* per token: the normalised q and k, exp(g) and beta of this head */
-        float *buf = (float *)malloc(sizeof(float) * (size_t)T * (size_t)(2 * dk + 2));
-        if (!buf) {
-#pragma omp atomic write
-            err = 1;
-        }
-#pragma omp for schedule(static)
-        for (int h = 0; h < H; ++h) {
-            if (!buf) continue;
-            float *qn = buf, *kn = buf + (size_t)T * dk, *ex = kn + (size_t)T * dk, *bt = ex + T;
-            for (int t = 0; t < T; ++t) {
-                const float *qt = q + t * q_s0 + h * q_s1, *kt = k + t * k_s0 + h * k_s1;
-                const float iq = dn_inv_norm(qt, dk, eps), ik = dn_inv_norm(kt, dk, eps);
-                for (int i = 0; i < dk; ++i) {
-                    qn[(size_t)t * dk + i] = (qt[i] * iq) * scale;
-                    kn[(size_t)t * dk + i] = kt[i] * ik;
-                }
-                ex[t] = expf(g[t * g_s0 + h]);
-                bt[t] = beta[t * b_s0 + h];
-            }
-            float *live = state + (size_t)h * hs;
-            /* columns are independent: each block of columns runs every token while it sits in L1 */
-            int j0 = 0;
-            for (; j0 + DN_BW <= dv; j0 += DN_BW)
-                for (int t = 0; t < T; ++t)
-                    dn_block(v + t * v_s0 + h * v_s1 + j0, v_set1(ex[t]), v_set1(bt[t]), live + j0,
-                             snaps && t < T - 1 ? snaps + (size_t)t * ts + (size_t)h * hs + j0 : NULL,
-                             out + t * o_s0 + h * o_s1 + j0, dk, dv, qn + (size_t)t * dk, kn + (size_t)t * dk);
-            if (j0 < dv)
-                for (int t = 0; t < T; ++t)
-                    dn_cols_scalar(v + t * v_s0 + h * v_s1, ex[t], bt[t], live,
-                                   snaps && t < T - 1 ? snaps + (size_t)t * ts + (size_t)h * hs : NULL,
-                                   out + t * o_s0 + h * o_s1, dk, dv, j0, dv, qn + (size_t)t * dk,
-                                   kn + (size_t)t * dk);
-        }
-        free(buf);
-    }
-#if VL == 16 || (VL == 8 && defined(__AVX2__))
-    if (snaps) _mm_sfence(); /* the non-temporal snapshot stores are visible before we return */
-#endif
-    return err ? CUCA_ENOMEM : CUCA_OK;
+    dn_job J = {a, (float *)malloc(sizeof(float) * (size_t)nt * (size_t)T * (size_t)(2 * dk + 2))};
+    if (!J.bufs) return CUCA_ENOMEM;
+    cuca_pool_run(nt, H, 1, dn_head_item, &J);
+    free(J.bufs);
+    return CUCA_OK;
 }

@@ -5,7 +5,7 @@
  * the same float sequence for each x row whatever the tile height, so the result never depends on M, on the
  * row's position in the batch, or on the number of threads. */
 #include <math.h>
-#include <omp.h>
+#include "pool.h"
 #include <stdlib.h>
 #include "qmatmul.h"
 
@@ -154,6 +154,37 @@ int cuca_tile_f(int wtype, cuca_tile_fn *fn, int *tile) {
 /* ---- the driver ---- */
 #define ROW_BLOCK 16 /* weight rows kept hot while a tile of x rows sweeps them */
 
+typedef struct {
+    cuca_tile_fn fn;
+    cuca_act *A;
+    const float *x;
+    const uint8_t *w;
+    float *out;
+    size_t rb;
+    int64_t n_out, n_in, M, nch, per;
+    int tile;
+} mm_job;
+
+/* item u: values [lo, hi) blocks of activation row u / nch, in chunks of 512 values (one row is shared out too) */
+static void mm_quantize_item(void *ctx, int64_t u, int tid) {
+    const mm_job *J = (const mm_job *)ctx;
+    (void)tid;
+    const int64_t m = u / J->nch, lo = u % J->nch * J->per, hi = lo + J->per < J->A->nblk ? lo + J->per : J->A->nblk;
+    cuca_act_quantize(J->A, J->x + m * J->n_in, m, lo, hi);
+}
+
+/* item blk: output rows [16 blk, 16 blk + 16) for every x row, tile by tile */
+static void mm_block_item(void *ctx, int64_t blk, int tid) {
+    const mm_job *J = (const mm_job *)ctx;
+    (void)tid;
+    const int64_t n_lo = blk * ROW_BLOCK, n_hi = n_lo + ROW_BLOCK < J->n_out ? n_lo + ROW_BLOCK : J->n_out;
+    for (int64_t m0 = 0; m0 < J->M; m0 += J->tile) {
+        const int nr = J->M - m0 < J->tile ? (int)(J->M - m0) : J->tile;
+        J->fn(J->w + (size_t)n_lo * J->rb, J->rb, (int)(n_hi - n_lo), J->A, m0, nr, J->out + m0 * J->n_out + n_lo,
+              J->n_out);
+    }
+}
+
 int cuca_matmul_gguf_f32(const void *w, int wtype, int64_t n_out, int64_t n_in, const float *x, int64_t M,
                          float *out, int n_threads) {
     cuca_tile_fn fn = NULL;
@@ -170,33 +201,20 @@ int cuca_matmul_gguf_f32(const void *w, int wtype, int64_t n_out, int64_t n_in, 
     const size_t rb = (size_t)(n_in / bs) * (size_t)bytes;
     const int64_t nblocks = (n_out + ROW_BLOCK - 1) / ROW_BLOCK;
     const double work = (double)n_out * (double)rb * (double)((M + tile - 1) / tile) + (double)M * (double)n_in;
-    nt = n_threads > 0 ? n_threads : omp_get_max_threads();
-    if (n_threads == 0 && work < 65536.0) nt = 1; /* automatic: small problems are not worth a fork */
-    if (nt > nblocks) nt = (int)nblocks;
-    if (nt < 1) nt = 1;
-
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        const int nth = omp_get_num_threads(), tid = omp_get_thread_num();
-        if (A.kind != ACT_F32) { /* in chunks of 512 values, so that one row is shared out too */
-            const int64_t per = A.kind == ACT_Q8_K ? 2 : 16, nch = (A.nblk + per - 1) / per;
-#pragma omp for schedule(static)
-            for (int64_t u = 0; u < M * nch; u++) {
-                const int64_t m = u / nch, lo = u % nch * per, hi = lo + per < A.nblk ? lo + per : A.nblk;
-                cuca_act_quantize(&A, x + m * n_in, m, lo, hi);
-            }
-        }
-        /* contiguous ranges of whole row blocks, as even as possible */
-        const int64_t b_lo = nblocks * tid / nth, b_hi = nblocks * (tid + 1) / nth;
-        for (int64_t blk = b_lo; blk < b_hi; blk++) {
-            const int64_t n_lo = blk * ROW_BLOCK, n_hi = n_lo + ROW_BLOCK < n_out ? n_lo + ROW_BLOCK : n_out;
-            for (int64_t m0 = 0; m0 < M; m0 += tile) {
-                const int nr = M - m0 < tile ? (int)(M - m0) : tile;
-                fn((const uint8_t *)w + (size_t)n_lo * rb, rb, (int)(n_hi - n_lo), &A, m0, nr, out + m0 * n_out + n_lo,
-                   n_out);
-            }
-        }
+    nt = n_threads > 0 ? n_threads : cuca_pool_default_threads();
+    if (n_threads == 0 && work < 65536.0) nt = 1; /* automatic: small problems are not worth a second thread */
+    mm_job J = {fn, &A, x, (const uint8_t *)w, out, rb, n_out, n_in, M, 0, 0, tile};
+    if (A.kind != ACT_F32) {
+        J.per = A.kind == ACT_Q8_K ? 2 : 16;
+        J.nch = (A.nblk + J.per - 1) / J.per;
+        /* a few rows' quantization is cheaper than handing it out */
+        cuca_pool_run(M * n_in < 16384 ? 1 : nt, M * J.nch, 0, mm_quantize_item, &J);
     }
+    /* chunks of about 64 KiB of weights: few claims, and a late thread holds little */
+    int64_t chunk = (int64_t)(65536 / ((size_t)ROW_BLOCK * rb + 1));
+    if (chunk < 1) chunk = 1;
+    if (chunk > nblocks / (nt * 4)) chunk = nblocks / (nt * 4) > 1 ? nblocks / (nt * 4) : 1;
+    cuca_pool_run(nt, nblocks, chunk, mm_block_item, &J);
     cuca_act_free(&A);
     return CUCA_OK;
 }

@@ -2,11 +2,11 @@
  * Each output row is computed by the same operations wherever it sits and whatever the thread count;
  * threads only split whole rows. */
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 
 #include "cuca.h"
 #include "ops.h"
+#include "pool.h"
 #include "vmath.h"
 
 /* rows x floats below which a call stays on one thread */
@@ -14,7 +14,7 @@
 
 static inline int ops_threads(int n_threads, int64_t rows, int64_t n) {
     if (rows < 2 || rows * n < OPS_PAR_MIN) return 1;
-    int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+    int nt = n_threads > 0 ? n_threads : cuca_pool_default_threads();
     return rows < nt ? (int)rows : nt;
 }
 
@@ -83,13 +83,46 @@ static void ops_rms_row(const float *x, const float *w, float eps, float *y, int
     ops_scale_row(x, scale, w, y, n);
 }
 
+typedef struct {
+    float *x;
+    cuca_rows xs;
+    const float *y;
+    cuca_rows ys;
+    const float *w;
+    float eps;
+    float *out;
+    cuca_rows os;
+    int64_t n1, n;
+} rms_job;
+
+static void rms_item(void *ctx, int64_t r, int tid) {
+    const rms_job *J = (const rms_job *)ctx;
+    (void)tid;
+    ops_rms_row(row_c(J->x, J->xs, r, J->n1), J->w, J->eps, row_m(J->out, J->os, r, J->n1), J->n);
+}
+
+/* x += y, then the norm of the sum */
+static void add_rms_item(void *ctx, int64_t r, int tid) {
+    const rms_job *J = (const rms_job *)ctx;
+    (void)tid;
+    float *xr = row_m(J->x, J->xs, r, J->n1);
+    const float *yr = row_c(J->y, J->ys, r, J->n1);
+    const int64_t n = J->n;
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) v_store(xr + i, v_add(v_load(xr + i), v_load(yr + i)));
+    if (i < n) {
+        int t = (int)(n - i);
+        v_store_n(xr + i, v_add(v_load_n(xr + i, t), v_load_n(yr + i, t)), t);
+    }
+    ops_rms_row(xr, J->w, J->eps, row_m(J->out, J->os, r, J->n1), n);
+}
+
 int cuca_rms_norm_f32(const float *x, cuca_rows xs, const float *w, float eps, float *out, cuca_rows os,
                       int64_t n0, int64_t n1, int64_t n, int n_threads) {
     if (n0 < 0 || n1 < 0 || n <= 0) return CUCA_EINVAL;
     const int64_t rows = n0 * n1;
-    const int nt = ops_threads(n_threads, rows, n);
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (int64_t r = 0; r < rows; ++r) ops_rms_row(row_c(x, xs, r, n1), w, eps, row_m(out, os, r, n1), n);
+    rms_job J = {(float *)x, xs, NULL, xs, w, eps, out, os, n1, n}; /* x is only read */
+    cuca_pool_run(ops_threads(n_threads, rows, n), rows, 1, rms_item, &J);
     return CUCA_OK;
 }
 
@@ -97,20 +130,51 @@ int cuca_add_rms_norm_f32(float *x, cuca_rows xs, const float *y, cuca_rows ys, 
                           float *out, cuca_rows os, int64_t n0, int64_t n1, int64_t n, int n_threads) {
     if (n0 < 0 || n1 < 0 || n <= 0) return CUCA_EINVAL;
     const int64_t rows = n0 * n1;
-    const int nt = ops_threads(n_threads, rows, n);
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-        float *xr = row_m(x, xs, r, n1);
-        const float *yr = row_c(y, ys, r, n1);
-        int64_t i = 0;
-        for (; i + VL <= n; i += VL) v_store(xr + i, v_add(v_load(xr + i), v_load(yr + i)));
-        if (i < n) {
-            int t = (int)(n - i);
-            v_store_n(xr + i, v_add(v_load_n(xr + i, t), v_load_n(yr + i, t)), t);
-        }
-        ops_rms_row(xr, w, eps, row_m(out, os, r, n1), n);
-    }
+    rms_job J = {x, xs, y, ys, w, eps, out, os, n1, n};
+    cuca_pool_run(ops_threads(n_threads, rows, n), rows, 1, add_rms_item, &J);
     return CUCA_OK;
+}
+
+typedef struct {
+    float *x;
+    cuca_rows xs;
+    const int32_t *pos;
+    int64_t n_head;
+    int half, neox;
+    float theta_scale, freq_scale;
+    const float *freq_factors;
+    float *scratch; /* 2 * half floats per thread: the row's cosines and sines */
+} rope_job;
+
+static void rope_item(void *ctx, int64_t i, int tid) {
+    const rope_job *J = (const rope_job *)ctx;
+    const int half = J->half;
+    float *cs = J->scratch + (size_t)tid * 2 * (size_t)half, *sn = cs + half;
+    /* angle of pair k: pos * base^(-2k/n_rot), built by repeated float products like ggml */
+    float theta = (float)J->pos[i];
+    for (int k = 0; k < half; ++k) {
+        float t = J->freq_factors ? theta / J->freq_factors[k] : theta;
+        t = J->freq_scale * t;
+        cs[k] = cosf(t);
+        sn[k] = sinf(t);
+        theta *= J->theta_scale;
+    }
+    for (int64_t h = 0; h < J->n_head; ++h) {
+        float *y = J->x + i * J->xs.s0 + h * J->xs.s1;
+        if (J->neox) {
+            for (int k = 0; k < half; ++k) {
+                const float x0 = y[k], x1 = y[k + half];
+                y[k] = x0 * cs[k] - x1 * sn[k];
+                y[k + half] = x0 * sn[k] + x1 * cs[k];
+            }
+        } else {
+            for (int k = 0; k < half; ++k) {
+                const float x0 = y[2 * k], x1 = y[2 * k + 1];
+                y[2 * k] = x0 * cs[k] - x1 * sn[k];
+                y[2 * k + 1] = x0 * sn[k] + x1 * cs[k];
+            }
+        }
+    }
 }
 
 int cuca_rope_f32(float *x, cuca_rows xs, const int32_t *pos, int64_t M, int64_t n_head, int64_t hd, int n_rot,
@@ -118,49 +182,14 @@ int cuca_rope_f32(float *x, cuca_rows xs, const int32_t *pos, int64_t M, int64_t
     if (M < 0 || n_head < 0 || hd < 0 || n_rot < 0 || n_rot % 2 || n_rot > hd) return CUCA_EINVAL;
     if (M == 0 || n_head == 0 || n_rot == 0) return CUCA_OK;
     const int half = n_rot / 2;
-    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
     const int nt = ops_threads(n_threads, M, n_head * hd * 8);
-    int err = 0;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        float *cs = (float *)malloc(sizeof(float) * 2 * (size_t)half);
-        float *sn = cs ? cs + half : NULL;
-        if (!cs) {
-#pragma omp atomic write
-            err = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < M; ++i) {
-            if (!cs) continue;
-            /* angle of pair k: pos * base^(-2k/n_rot), built by repeated float products like ggml */
-            float theta = (float)pos[i];
-            for (int k = 0; k < half; ++k) {
-                float t = freq_factors ? theta / freq_factors[k] : theta;
-                t = freq_scale * t;
-                cs[k] = cosf(t);
-                sn[k] = sinf(t);
-                theta *= theta_scale;
-            }
-            for (int64_t h = 0; h < n_head; ++h) {
-                float *y = x + i * xs.s0 + h * xs.s1;
-                if (neox) {
-                    for (int k = 0; k < half; ++k) {
-                        const float x0 = y[k], x1 = y[k + half];
-                        y[k] = x0 * cs[k] - x1 * sn[k];
-                        y[k + half] = x0 * sn[k] + x1 * cs[k];
-                    }
-                } else {
-                    for (int k = 0; k < half; ++k) {
-                        const float x0 = y[2 * k], x1 = y[2 * k + 1];
-                        y[2 * k] = x0 * cs[k] - x1 * sn[k];
-                        y[2 * k + 1] = x0 * sn[k] + x1 * cs[k];
-                    }
-                }
-            }
-        }
-        free(cs);
-    }
-    return err ? CUCA_ENOMEM : CUCA_OK;
+    float *scratch = (float *)malloc(sizeof(float) * 2 * (size_t)half * (size_t)nt);
+    if (!scratch) return CUCA_ENOMEM;
+    rope_job J = {x, xs, pos, n_head, half, neox, powf(freq_base, -2.0f / (float)n_rot), freq_scale, freq_factors,
+                  scratch};
+    cuca_pool_run(nt, M, 1, rope_item, &J);
+    free(scratch);
+    return CUCA_OK;
 }
 
 /* silu(g) = g / (1 + exp(-g)) */
@@ -173,29 +202,44 @@ CUCA_INLINE vf ops_gelu(vf g) {
     return v_div(g, v_add(v_set1(1.0f), v_exp(y2)));
 }
 
+typedef struct {
+    int kind;
+    const float *g;
+    cuca_rows gs;
+    const float *u;
+    cuca_rows us;
+    float *out;
+    cuca_rows os;
+    int64_t n1, n;
+} act_job;
+
+static void act_item(void *ctx, int64_t r, int tid) {
+    const act_job *J = (const act_job *)ctx;
+    (void)tid;
+    const float *gr = row_c(J->g, J->gs, r, J->n1), *ur = row_c(J->u, J->us, r, J->n1);
+    float *yr = row_m(J->out, J->os, r, J->n1);
+    const int64_t n = J->n;
+    int64_t i = 0;
+    if (J->kind == 0) {
+        for (; i + VL <= n; i += VL) v_store(yr + i, v_mul(ops_silu(v_load(gr + i)), v_load(ur + i)));
+        if (i < n) {
+            int t = (int)(n - i);
+            v_store_n(yr + i, v_mul(ops_silu(v_load_n(gr + i, t)), v_load_n(ur + i, t)), t);
+        }
+    } else {
+        for (; i + VL <= n; i += VL) v_store(yr + i, v_mul(ops_gelu(v_load(gr + i)), v_load(ur + i)));
+        if (i < n) {
+            int t = (int)(n - i);
+            v_store_n(yr + i, v_mul(ops_gelu(v_load_n(gr + i, t)), v_load_n(ur + i, t)), t);
+        }
+    }
+}
+
 int cuca_act_mul_f32(int kind, const float *g, cuca_rows gs, const float *u, cuca_rows us, float *out,
                      cuca_rows os, int64_t n0, int64_t n1, int64_t n, int n_threads) {
     if (n0 < 0 || n1 < 0 || n < 0 || (kind != 0 && kind != 1)) return CUCA_EINVAL;
     const int64_t rows = n0 * n1;
-    const int nt = ops_threads(n_threads, rows, n * 8);
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-        const float *gr = row_c(g, gs, r, n1), *ur = row_c(u, us, r, n1);
-        float *yr = row_m(out, os, r, n1);
-        int64_t i = 0;
-        if (kind == 0) {
-            for (; i + VL <= n; i += VL) v_store(yr + i, v_mul(ops_silu(v_load(gr + i)), v_load(ur + i)));
-            if (i < n) {
-                int t = (int)(n - i);
-                v_store_n(yr + i, v_mul(ops_silu(v_load_n(gr + i, t)), v_load_n(ur + i, t)), t);
-            }
-        } else {
-            for (; i + VL <= n; i += VL) v_store(yr + i, v_mul(ops_gelu(v_load(gr + i)), v_load(ur + i)));
-            if (i < n) {
-                int t = (int)(n - i);
-                v_store_n(yr + i, v_mul(ops_gelu(v_load_n(gr + i, t)), v_load_n(ur + i, t)), t);
-            }
-        }
-    }
+    act_job J = {kind, g, gs, u, us, out, os, n1, n};
+    cuca_pool_run(ops_threads(n_threads, rows, n * 8), rows, 1, act_item, &J);
     return CUCA_OK;
 }

@@ -1,5 +1,5 @@
 /* Attention and small-op kernels (pure C, no Python). Strides are in floats; every row's last dimension is
- * contiguous. Each returns CUCA_OK or a negative CUCA_E* code. n_threads <= 0 means the OpenMP default.
+ * contiguous. Each returns CUCA_OK or a negative CUCA_E* code. n_threads <= 0 means every CPU this process may use (pool.h).
  *
  * Batch invariance: the float operations that produce one output row (or one (row, head) of attention) depend
  * only on that row's inputs and its own position, never on how many rows are in the call, where the row sits,

@@ -27,6 +27,12 @@ class AssistantDrafter:
     def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None:
         self.params, self.rng, self.h = params, rng, None
 
+    def resume(self, prompt: list[int], keep: int, params: SamplingParams, rng: np.random.Generator) -> int:
+        """Begin on a prompt whose first `keep` rows the target kept (prompt cache): the drafter reads the target's
+        own K/V and keeps nothing else, so every kept row is fine."""
+        self.begin(prompt, params, rng)
+        return keep
+
     def commit(self, tokens: list[int], positions: np.ndarray, hidden: np.ndarray) -> None:
         self.h = np.ascontiguousarray(hidden[-1:], np.float32)
         self.tok, self.pos = int(tokens[-1]), int(positions[-1]) + 1

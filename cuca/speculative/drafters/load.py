@@ -1,5 +1,6 @@
 """Build the drafter a DrafterSource names, bound to a loaded target and its cache (one per model, reused by every
-request: `begin` resets it); and the one rule that ties a drafter to a device."""
+request: `begin` resets it); what `auto` resolves to for a target; and the one rule that ties a drafter to a
+device."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from typing import Any
 from ...device import Device
 from ...errors import ConfigError, ProviderError
 from ...gguf import open_gguf
-from ...models import DRAFTER_ARCHITECTURES
+from ...models import ARCHITECTURES, DRAFTER_ARCHITECTURES, load_model
 from ...models.layers import Ops
+from ...sources import PRESETS, ModelSource, paired_drafter
+from ...sources.presets import IN_TRUNK
+from ...tokenizer import Tokenizer
 from ..source import DrafterSource
 from . import Drafter
 from .prompt_lookup import PromptLookupDrafter
@@ -23,14 +27,36 @@ def check_device(ds: DrafterSource, device: Device) -> None:
                           f"{device.value!r}")
 
 
+def resolve_auto(ds: DrafterSource, target: Any, source: ModelSource | None = None) -> DrafterSource:
+    """`ds` itself unless it is "auto"; then the target's in-trunk head if it has one, else the paired drafter of its
+    preset (`source` a preset, or a path whose file name is a preset's), else prompt lookup."""
+    if ds.kind != "auto":
+        return ds
+    if getattr(target, "mtp", None) is not None:
+        return DrafterSource.IN_TRUNK
+    name = None
+    if source is not None and source.kind == "preset":
+        name = source.value
+    elif source is not None and source.kind == "path":
+        base = os.path.basename(source.value)
+        name = next((p.name for p in PRESETS.values() if p.file and os.path.basename(p.file) == base), None)
+    paired = paired_drafter(name) if name else None
+    if paired is not None and paired != IN_TRUNK:
+        return DrafterSource.file(ModelSource.preset(paired))
+    return DrafterSource.prompt_lookup()
+
+
 def load_drafter(
     ds: DrafterSource, target: Any, cache: Any, ops: Ops, target_path: str | os.PathLike[str] = ""
 ) -> Drafter:
-    """The drafter for `target`; in-trunk means the model's MTP head, which keeps its own K/V cache.
-    Errors: ProviderError when the target has no prediction head (MTPDrafter says so), or a drafter file is not a
-    drafter or does not match the target (names the values)."""
+    """The drafter for `target`; in-trunk means the model's MTP head, which keeps its own K/V cache; a file of an
+    architecture cuca runs is a draft model (its own cache, the target's Ops), checked against the target's
+    vocabulary (`target_path`'s) as llama.cpp checks a pair. Errors: ProviderError when the target has no prediction
+    head (MTPDrafter says so), or a drafter file is not a drafter or does not match the target (names the values)."""
     if ds.kind == "prompt_lookup":
         return PromptLookupDrafter(ds.max_ngram)
+    if ds.kind == "auto":
+        raise ConfigError("drafter: resolve 'auto' for the target first (resolve_auto)")
     if ds.kind == "in_trunk":
         from .mtp import MTPDrafter
 
@@ -47,7 +73,16 @@ def load_drafter(
         from .assistant import AssistantDrafter
 
         return AssistantDrafter(load_assistant(f, ops, target), cache)
+    if f.architecture in ARCHITECTURES:
+        from .draft_model import DraftModelDrafter
+        from .pairing import check_pairing
+
+        if not target_path:
+            raise ConfigError(f"drafter {path}: a draft model needs the target's file to check the pairing")
+        check_pairing(Tokenizer.from_gguf(target_path), Tokenizer.from_gguf(f))
+        return DraftModelDrafter(load_model(f, ops), cache.n_ctx, int(target.n_vocab))
     raise ProviderError(
-        f"drafter {path}: architecture {f.architecture!r} is not a drafter file (drafter files: "
-        f"{', '.join(DRAFTER_ARCHITECTURES)}; for a model with its own head use DrafterSource.IN_TRUNK)"
+        f"drafter {path}: architecture {f.architecture!r} is neither a drafter file "
+        f"({', '.join(DRAFTER_ARCHITECTURES)}) nor a model cuca runs ({', '.join(ARCHITECTURES)}); for a model "
+        f"with its own head use DrafterSource.IN_TRUNK"
     )

@@ -48,16 +48,35 @@ class MTPDrafter:
         self._h: np.ndarray | None = None  # head output for the last committed row, (1, n_embd)
         self._pos = -1  # that row's position
         self._pending: list[tuple[np.ndarray, np.ndarray, list[int]]] = []  # committed rows not yet through the head
+        self._ids: list[int] = []  # the tokens its committed rows pair with: _ids[p + 1] follows row p
 
     def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None:
         self.cache.reset()
         self.params, self.rng = params, rng
         self._h, self._pos = None, -1
         self._pending.clear()
+        self._ids = list(prompt[:1])
+
+    def resume(self, prompt: list[int], keep: int, params: SamplingParams, rng: np.random.Generator) -> int:
+        """Begin on `prompt` whose first `keep` rows the target kept (prompt cache), keeping the head's own K/V for
+        as many of them as pair with the same tokens (row p pairs with token p + 1); returns that many."""
+        self.flush()
+        same = 0
+        n = min(len(self._ids), len(prompt))
+        while same < n and self._ids[same] == prompt[same]:
+            same += 1
+        r = max(0, min(keep, self.cache.n, same - 1))
+        self.cache.trim(self.cache.n - r)
+        self.params, self.rng = params, rng
+        self._h, self._pos = None, r - 1
+        self._ids = list(prompt[: r + 1])
+        return r
 
     def commit(self, tokens: list[int], positions: np.ndarray, hidden: np.ndarray) -> None:
         if len(tokens) == 0:
             return
+        del self._ids[int(positions[0]) + 1 :]
+        self._ids.extend(int(t) for t in tokens)
         self._pending.append((np.array(hidden, np.float32), np.array(positions, np.int32), list(tokens)))
         self._pos = int(positions[-1])
         if sum(len(t) for _, _, t in self._pending) >= FLUSH_ROWS:

@@ -33,6 +33,14 @@ class PromptLookupDrafter:
         self._index.clear()
         self._seen = 0
 
+    def resume(self, prompt: list[int], keep: int, params: SamplingParams | None = None,
+               rng: np.random.Generator | None = None) -> int:
+        """Begin on `prompt` whose first `keep` rows the target kept (prompt cache): the history holds no state
+        beyond the tokens, so every kept row is fine."""
+        self.begin(prompt)
+        self.history = list(prompt[: keep + 1])
+        return keep
+
     def commit(self, tokens: list[int], positions: np.ndarray, hidden: np.ndarray | None = None) -> None:
         if len(positions) and int(positions[0]) + 1 != len(self.history):
             raise ValueError(f"commit at position {int(positions[0])} does not continue the {len(self.history)} "
