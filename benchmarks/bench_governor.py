@@ -84,8 +84,11 @@ def main() -> None:
     mark = poor.event_count
     pp, pg = [], []
     for rep in range(a.reps if a.poor_reps is None else a.poor_reps):
-        pp.append(b.plain(x, a.tokens).tps)
-        pg.append(b.spec(x, a.tokens, poor, control=Controlled(0.0, ref, 1000 + rep)).tps)
+        for who in ("plain", "governed") if rep % 2 == 0 else ("governed", "plain"):  # which runs first alternates
+            if who == "plain":
+                pp.append(b.plain(x, a.tokens).tps)
+            else:
+                pg.append(b.spec(x, a.tokens, poor, control=Controlled(0.0, ref, 1000 + rep)).tps)
         print(f"never-right rep {rep + 1}: plain {pp[-1]:.2f} governed {pg[-1]:.2f}", flush=True)
     out: dict[str, Any] = {"isa": ISA, "threads": b.threads, "probability": round(p, 4), "tokens": a.tokens,
                            "reps": a.reps, "load_average_start": load0, "load_average_end": os.getloadavg(),
