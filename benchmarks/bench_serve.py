@@ -1,6 +1,7 @@
 """bench_serve: `cuca serve` beside a native llama-server (`--parallel 1`, the performance issue's peer build) on the
 same GGUF file and thread count, in one run: 1, 4 and 16 concurrent streaming clients asking for 64-token chat
-replies (greedy); requests/s, tokens/s, p50/p95 time to first token. The servers take turns at each level. Then the
+replies (greedy); requests/s and tokens/s (medians over the rounds), p50/p95 time to first token (over every
+request). The servers take turns at each level, the first one alternating. Before that the
 prompt cache: time to first token of turn 3 of a chat with and without it (in-process LocalModel, interleaved,
 medians) and the rows each prefilled.
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -83,8 +85,7 @@ async def level(url: str, model: str, clients: int, n_requests: int, max_tokens:
         await asyncio.gather(*(client(c) for _ in range(clients)))
     wall = time.perf_counter() - t0
     return {"clients": clients, "requests": n_requests, "seconds": wall, "requests_per_s": n_requests / wall,
-            "tokens": tokens, "tokens_per_s": tokens / wall, "ttft_p50_ms": pct(ttft, 0.5) * 1e3,
-            "ttft_p95_ms": pct(ttft, 0.95) * 1e3}
+            "tokens": tokens, "tokens_per_s": tokens / wall, "ttft_s": ttft}
 
 
 class LlamaServer:
@@ -162,11 +163,14 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--min-requests", type=int, default=8, help="requests per level at least (default 8)")
     ap.add_argument("--reps", type=int, default=5, help="turn-3 samples each way (default 5)")
+    ap.add_argument("--rounds", type=int, default=2, help="runs of each level per server, interleaved (default 2)")
     ap.add_argument("--no-llama", action="store_true")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     path = ModelSource.parse(a.model).resolve()
-    res: dict[str, Any] = {"model": str(path), "threads": a.threads, "max_tokens": a.max_tokens, "levels": []}
+    res: dict[str, Any] = {"model": str(path), "threads": a.threads, "max_tokens": a.max_tokens, "levels": [],
+                           "load_before": os.getloadavg()}
+    print(f"machine load (1/5/15 min) before: {res['load_before']}", flush=True)
     res["turn3"] = turn3_ttft(path, a.threads, a.reps, 16)
     t = res["turn3"]
     print(f"turn 3 TTFT: {t['ttft_ms_with_cache']:.1f} ms with the prompt cache ({t['prefilled_with']} of "
@@ -179,16 +183,25 @@ def main() -> None:
             servers = [("cuca", url)] + ([("llama-server", llama.url)] if llama else [])
             for i, clients in enumerate(a.clients):
                 n = max(clients, a.min_requests)
-                for name, u in (servers if i % 2 == 0 else servers[::-1]):
-                    r = asyncio.run(level(u, "m", clients, n, a.max_tokens))
-                    r["server"] = name
-                    res["levels"].append(r)
-                    print(f"{name:<13} {clients:>3} clients {n:>3} requests: {r['requests_per_s']:.2f} req/s "
-                          f"{r['tokens_per_s']:.1f} tok/s TTFT p50 {r['ttft_p50_ms']:.0f} ms p95 "
-                          f"{r['ttft_p95_ms']:.0f} ms", flush=True)
+                runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in servers}
+                for r in range(a.rounds):  # the servers take turns, the first one alternating
+                    for name, u in (servers if (i + r) % 2 == 0 else servers[::-1]):
+                        runs[name].append(asyncio.run(level(u, "m", clients, n, a.max_tokens)))
+                for name, rs in runs.items():
+                    ttft = [t for x in rs for t in x["ttft_s"]]
+                    row = {"server": name, "clients": clients, "requests": n, "rounds": rs,
+                           "requests_per_s": statistics.median(x["requests_per_s"] for x in rs),
+                           "tokens_per_s": statistics.median(x["tokens_per_s"] for x in rs),
+                           "ttft_p50_ms": pct(ttft, 0.5) * 1e3, "ttft_p95_ms": pct(ttft, 0.95) * 1e3}
+                    res["levels"].append(row)
+                    print(f"{name:<13} {clients:>3} clients {n:>3} requests x {a.rounds}: {row['requests_per_s']:.2f} "
+                          f"req/s {row['tokens_per_s']:.1f} tok/s (medians) TTFT p50 {row['ttft_p50_ms']:.0f} ms "
+                          f"p95 {row['ttft_p95_ms']:.0f} ms", flush=True)
     finally:
         if llama:
             llama.close()
+    res["load_after"] = os.getloadavg()
+    print(f"machine load (1/5/15 min) after: {res['load_after']}", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
 

@@ -7,7 +7,7 @@ import asyncio
 import os
 import re
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ from .errors import ConfigError, ContextLengthError
 from .gguf import open_gguf
 from .models import load_model
 from .models.layers import Ops
+from .request import check_request
 from .sampling import SamplingParams, is_int
 from .scheduler import AsyncStream, Scheduler, SyncStream
 from .sources import ModelSource
@@ -97,9 +98,6 @@ class _Plan:
     draft: bool
 
 
-_REQUEST_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "gen", "draft")
-
-
 class LocalModel:
     """A loaded model. Its scheduler's worker thread runs the requests, one at a time, in arrival order; sync and
     async forms may be mixed from any thread. A stream that is closed, dropped or whose task is cancelled stops at
@@ -119,6 +117,9 @@ class LocalModel:
         self.drafter: Drafter | None = None
         if self.drafter_source is not None:
             self.drafter = load_drafter(self.drafter_source, self.model, self.engine.cache, self.model.ops, self.path)
+        own = getattr(self.drafter, "cache", None)  # a draft model's or an MTP head's own cache
+        if own is not None and own is not self.engine.cache:
+            self._check_memory(self.engine.n_ctx, int(own.nbytes))
         self.governor: Governor = SpeedGovernor()  # kept across requests, as the drafting decision should be
         self._draft_stats = DraftStats()
         self.scheduler = Scheduler(f"cuca-model {self.source}")
@@ -133,15 +134,21 @@ class LocalModel:
                 f"context_length {n_ctx} exceeds the model's trained context length of {n_train} tokens; pass "
                 "allow_long_context=True (--allow-long-context) to use it anyway"
             )
+        self._check_memory(n_ctx)  # before the target's cache is made
+        return n_ctx
+
+    def _check_memory(self, n_ctx: int, drafter_bytes: int = 0) -> None:
+        """The caches of the context window (the target's, plus `drafter_bytes` for a drafter's own: a draft
+        model's, an MTP head's) must fit in the memory available. Their arrays are untouched, so none is resident."""
         one, two = self.model.make_cache(1).nbytes, self.model.make_cache(2).nbytes
-        need = one + (two - one) * (n_ctx - 1)
+        need = one + (two - one) * (n_ctx - 1) + drafter_bytes
         avail = available_memory()
         if avail is not None and need > avail:
             raise ConfigError(
-                f"context_length {n_ctx} needs {need:,} bytes ({need / 2**30:.1f} GiB) of KV cache, more than the "
-                f"{avail:,} bytes ({avail / 2**30:.1f} GiB) of memory available: lower context_length"
+                f"context_length {n_ctx} needs {need:,} bytes ({need / 2**30:.1f} GiB) of KV cache"
+                f"{' (target and drafter)' if drafter_bytes else ''}, more than the {avail:,} bytes "
+                f"({avail / 2**30:.1f} GiB) of memory available: lower context_length"
             )
-        return n_ctx
 
     # ---- loading ----------------------------------------------------------------------------------------
     @classmethod
@@ -209,18 +216,8 @@ class LocalModel:
     # ---- requests -----------------------------------------------------------------------------------------
     def _plan(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> _Plan:
         """Check a request's parameters in the caller's thread, before anything is queued."""
-        unknown = sorted(set(kw) - set(_REQUEST_KEYS))
-        if unknown:
-            raise ConfigError(f"unknown request parameter(s) {', '.join(unknown)} (known: {', '.join(_REQUEST_KEYS)})")
-        max_tokens = kw.get("max_tokens", 128)
-        if not is_int(max_tokens) or max_tokens < 1:
-            raise ConfigError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
-        params = SamplingParams(kw.get("temperature", 0.0), kw.get("top_k", 0), kw.get("top_p", 1.0), kw.get("seed"))
-        gen = kw.get("gen")
-        if gen is not None and not isinstance(gen, Generation):
-            raise ConfigError(f"gen must be a Generation or None, got {type(gen).__name__}")
-        return _Plan(prompt, int(max_tokens), params, _stop_strings(kw.get("stop", ())),
-                     gen if gen is not None else Generation(), bool(kw.get("draft", True)))
+        a = check_request(kw)
+        return _Plan(prompt, a.max_tokens, a.params, a.stop, a.gen, a.draft)
 
     def _text(self, prompt: str | Sequence[int]) -> Callable[[int], list[int]]:
         if isinstance(prompt, (bytes, bytearray, memoryview)):
@@ -284,20 +281,21 @@ class LocalModel:
     def _stream(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> SyncStream:
         return SyncStream(self.scheduler, self._job(self._plan(prompt, kw)))
 
+    def _astream(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> AsyncStream:
+        return AsyncStream(self.scheduler, self._job(self._plan(prompt, kw)))
+
     def _reply(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> Reply:
-        gen = kw.pop("gen", None) or Generation()
-        with self._stream(prompt, {**kw, "gen": gen}) as s:
-            text = "".join(s)
-        return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings, gen.draft)
+        gen, kw = _with_gen(kw)
+        with self._stream(prompt, kw) as s:
+            return _as_reply("".join(s), gen)
 
     async def _areply(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> Reply:
-        gen = kw.pop("gen", None) or Generation()
-        s = AsyncStream(self.scheduler, self._job(self._plan(prompt, {**kw, "gen": gen})))
+        gen, kw = _with_gen(kw)
+        s = self._astream(prompt, kw)
         try:
-            text = "".join([p async for p in s])
+            return _as_reply("".join([p async for p in s]), gen)
         finally:
             s.close()
-        return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings, gen.draft)
 
     # ---- synchronous requests (block the calling thread, never the model) ---------------------------------
     def stream_ids_sync(self, prompt_ids: Sequence[int], **kw: Any) -> Iterator[str]:
@@ -326,10 +324,20 @@ class LocalModel:
         return await self._areply(self._chat(messages), kw)
 
     def stream(self, prompt: str | Sequence[int], **kw: Any) -> AsyncIterator[str]:
-        return AsyncStream(self.scheduler, self._job(self._plan(self._text(prompt), kw)))
+        return self._astream(self._text(prompt), kw)
 
     def stream_chat(self, messages: list[dict[str, Any]], **kw: Any) -> AsyncIterator[str]:
-        return AsyncStream(self.scheduler, self._job(self._plan(self._chat(messages), kw)))
+        return self._astream(self._chat(messages), kw)
+
+
+def _with_gen(kw: dict[str, Any]) -> tuple[Generation, dict[str, Any]]:
+    """The request's Generation (the caller's, or a new one) and the parameters that carry it."""
+    gen = kw.get("gen") or Generation()
+    return gen, {**kw, "gen": gen}
+
+
+def _as_reply(text: str, gen: Generation) -> Reply:
+    return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings, gen.draft)
 
 
 def available_memory() -> int | None:
@@ -345,22 +353,6 @@ def available_memory() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
-
-
-def _stop_strings(stop: str | Iterable[str] | None) -> tuple[str, ...]:
-    """`stop` as a tuple of strings: one string is one stop string (not its characters); any iterable of strings
-    (a list, a generator) is read once."""
-    if stop is None:
-        return ()
-    if isinstance(stop, str):
-        return (stop,)
-    try:
-        items = tuple(stop) if not isinstance(stop, (bytes, bytearray)) else None
-    except TypeError:
-        items = None
-    if items is None or not all(isinstance(s, str) for s in items):
-        raise ConfigError(f"stop must be a string or an iterable of strings, got {stop!r}")
-    return items
 
 
 def _find_stop(text: str, stop: Sequence[str]) -> int | None:

@@ -7,14 +7,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
-from .engine import Generation
 from .errors import ConfigError, ContextLengthError, CucaError, ProviderError
-from .local import Reply, _stop_strings
-from .sampling import SamplingParams, is_int
+from .local import Reply
+from .request import check_request
+from .sampling import is_int
 from .speculative.governor import GovernorEvent
 from .speculative.stats import DraftStats, RequestDraftStats
-
-_REQUEST_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "gen", "draft")
 
 
 def _openai() -> Any:
@@ -42,18 +40,8 @@ class _Request:
     """One checked request: the body fields to send and the Generation that receives the outcome."""
 
     def __init__(self, kw: dict[str, Any]):
-        unknown = sorted(set(kw) - set(_REQUEST_KEYS))
-        if unknown:
-            raise ConfigError(f"unknown request parameter(s) {', '.join(unknown)} (known: {', '.join(_REQUEST_KEYS)})")
-        max_tokens = kw.get("max_tokens", 128)
-        if not is_int(max_tokens) or max_tokens < 1:
-            raise ConfigError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
-        p = SamplingParams(kw.get("temperature", 0.0), kw.get("top_k", 0), kw.get("top_p", 1.0), kw.get("seed"))
-        gen = kw.get("gen")
-        if gen is not None and not isinstance(gen, Generation):
-            raise ConfigError(f"gen must be a Generation or None, got {type(gen).__name__}")
-        self.gen = gen if gen is not None else Generation()
-        stop = list(_stop_strings(kw.get("stop", ())))
+        a = check_request(kw)
+        p, self.gen, stop, max_tokens = a.params, a.gen, list(a.stop), a.max_tokens
         self.args: dict[str, Any] = {"max_tokens": int(max_tokens), "temperature": p.temperature, "top_p": p.top_p}
         if stop:
             self.args["stop"] = stop
@@ -62,7 +50,7 @@ class _Request:
         extra: dict[str, Any] = {}
         if p.top_k:
             extra["top_k"] = p.top_k  # an extension that cuca serve, vLLM and llama-server read
-        if not kw.get("draft", True):
+        if not a.draft:
             extra["draft"] = False  # cuca serve's extension; other servers ignore it
         if extra:
             self.args["extra_body"] = extra
@@ -196,18 +184,22 @@ class RemoteModel:
         r = _Request(kw)  # checked now, as LocalModel checks a request before its first item
         return self._iter_sync(chat, {**self._body(chat, what), **r.args}, r)
 
+    def _take(self, chat: bool, c: Any, r: _Request) -> Iterator[str]:
+        """One streamed chunk: its text pieces; its finish reason and usage go to the request."""
+        for choice in c.choices:
+            piece = self._piece(chat, choice)
+            if piece:
+                yield piece
+            if choice.finish_reason is not None:
+                r.finish(c, choice.finish_reason)
+        if not c.choices:
+            r.finish(c, None)
+
     def _iter_sync(self, chat: bool, body: dict[str, Any], r: _Request) -> Iterator[str]:
         try:
             with self._call(self._sync, chat, body, True) as chunks:
                 for c in chunks:
-                    for choice in c.choices:
-                        piece = self._piece(chat, choice)
-                        if piece:
-                            yield piece
-                        if choice.finish_reason is not None:
-                            r.finish(c, choice.finish_reason)
-                    if not c.choices:
-                        r.finish(c, None)
+                    yield from self._take(chat, c, r)
         except _openai().OpenAIError as e:
             raise _error(e, self.base_url) from None
         self._count(r)
@@ -236,14 +228,8 @@ class RemoteModel:
                 chunks = await self._call(client, chat, body, True)
                 async with chunks:
                     async for c in chunks:
-                        for choice in c.choices:
-                            piece = self._piece(chat, choice)
-                            if piece:
-                                yield piece
-                            if choice.finish_reason is not None:
-                                r.finish(c, choice.finish_reason)
-                        if not c.choices:
-                            r.finish(c, None)
+                        for piece in self._take(chat, c, r):
+                            yield piece
         except _openai().OpenAIError as e:
             raise _error(e, self.base_url) from None
         self._count(r)

@@ -49,6 +49,7 @@ def _run(eng: Engine, prompt: list[int], n: int, drafter: object = None) -> Gene
     spec = SpeculativeDecoder(eng.model, eng.cache, drafter, AlwaysDraft(), 3) if drafter is not None else None
     for _ in eng.stream(prompt, n, GREEDY, frozenset(), gen, spec):  # type: ignore[arg-type]
         pass
+    gen.draft = spec.stats if spec is not None else None
     return gen
 
 
@@ -157,3 +158,37 @@ def test_hybrid_resumes_at_a_full_prefill_chunk(qwen: object) -> None:
     gen = _run(eng, p2, 4)
     cold = Engine(qwen, 700)  # type: ignore[arg-type]
     assert gen.timings.n_cached == 256 and gen.tokens == _run(cold, p2, 4).tokens
+
+
+def _drafter_pairs(tmp: Path) -> list[tuple[object, object]]:
+    """(target, make(engine) -> drafter): gemma4 with its assistant (reads the target's K/V), a llama3 target with
+    a draft model of its own (own K/V cache)."""
+    from synth_gemma4 import write_gemma4, write_gemma4_assistant
+
+    from cuca.models.gemma4_assistant import load_assistant
+    from cuca.speculative.drafters.assistant import AssistantDrafter
+    from cuca.speculative.drafters.draft_model import DraftModelDrafter
+
+    g4 = load_model(open_gguf(write_gemma4(tmp / "g4.gguf")), Ops(1))
+    a = load_assistant(open_gguf(write_gemma4_assistant(tmp / "a.gguf")), g4.ops, g4)
+    conv = Path(__file__).parent / "fixtures" / "converted"
+    l3, d3 = (load_model(open_gguf(conv / f"{n}.gguf"), Ops(1)) for n in ("llama3-f32", "llama3-q8_0"))
+    return [(g4, lambda eng: AssistantDrafter(a, eng.cache)),
+            (l3, lambda eng: DraftModelDrafter(d3, eng.cache.n_ctx, l3.n_vocab))]
+
+
+def test_assistant_and_draft_model_resume_equal_cold(tmp_path: Path) -> None:
+    for target, make in _drafter_pairs(tmp_path):
+        eng = Engine(target, 160, prompt_cache=True)  # type: ignore[arg-type]
+        drafter = make(eng)  # type: ignore[operator]
+        prompt = [251, 78, 32, 89, 124, 244, 135, 27]
+        cached = []
+        for turn in ([], [100, 180, 243], [18, 77]):
+            prompt = prompt + turn
+            gen = _run(eng, prompt, 8, drafter)
+            fresh = Engine(target, 160)  # type: ignore[arg-type]
+            assert gen.tokens == _run(fresh, prompt, 8, make(fresh)).tokens  # type: ignore[operator]
+            assert gen.draft is not None and gen.draft.rounds > 0
+            cached.append(gen.timings.n_cached)
+            prompt = prompt + gen.tokens
+        assert cached[0] == 0 and all(c > 0 for c in cached[1:])

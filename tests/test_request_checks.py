@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +134,20 @@ def test_numpy_integers_and_floats_are_numbers_everywhere(model: LocalModel) -> 
                  seed=np.int64(11))
     assert model.complete_sync("abc", **np_kw).tokens == want
     assert SamplingParams(seed=np.int64(11)) == SamplingParams(seed=11)
+
+
+def test_the_memory_check_counts_the_drafters_own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MTP head keeps its own K/V: memory that fits the target's cache alone but not both is a ConfigError."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import synth_qwen35
+
+    from cuca import DrafterSource
+    from cuca import local as local_mod
+
+    q = synth_qwen35.write(tmp_path / "q.gguf")
+    plain = LocalModel.load_sync(LocalModelConfig(q, threads=1, context_length=256))
+    target = plain.engine.cache.nbytes
+    monkeypatch.setattr(local_mod, "available_memory", lambda: target + 1)
+    assert LocalModel.load_sync(LocalModelConfig(q, threads=1, context_length=256)).engine.n_ctx == 256
+    with pytest.raises(ConfigError, match=r"context_length 256 needs [\d,]+ bytes .*\(target and drafter\)"):
+        LocalModel.load_sync(LocalModelConfig(q, threads=1, context_length=256, drafter=DrafterSource.IN_TRUNK))

@@ -241,3 +241,27 @@ def test_open_bind_without_key_warns(capsys: pytest.CaptureFixture[str]) -> None
         assert ("without --api-key" in capsys.readouterr().err) == warned
     with pytest.raises(ConfigError, match="--port"):
         run_serve(argparse.Namespace(host="127.0.0.1", port=70000, api_key=None, max_queue=4), load)
+
+
+def test_remote_reads_llama_server_timings() -> None:
+    """A reply shaped as llama-server sends it (its `timings` names; no cuca field) parsed by the openai client's own
+    types: draft counts come from draft_n / draft_n_accepted, and a reply without them counts zero."""
+    from openai.types.chat import ChatCompletion
+
+    from cuca.remote import _Request
+
+    body = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}],
+            "usage": {"prompt_tokens": 44, "completion_tokens": 9, "total_tokens": 53,
+                      "prompt_tokens_details": {"cached_tokens": 40}},
+            "timings": {"cache_n": 40, "prompt_n": 4, "prompt_ms": 20.0, "predicted_n": 9, "predicted_ms": 80.0,
+                        "predicted_per_second": 112.5, "draft_n": 12, "draft_n_accepted": 7}}
+    r = _Request({})
+    r.finish(ChatCompletion.model_validate(body), "stop")
+    d, t = r.gen.draft, r.gen.timings
+    assert d is not None and (d.rounds, d.drafted, d.accepted) == (0, 12, 7)
+    assert (t.n_prompt, t.n_generated, t.n_cached, t.prompt_s, t.decode_s) == (44, 9, 40, 0.02, 0.08)
+    plain = _Request({})
+    del body["timings"]["draft_n"], body["timings"]["draft_n_accepted"]  # type: ignore[attr-defined]
+    plain.finish(ChatCompletion.model_validate(body), "stop")
+    assert plain.gen.draft is None and plain.reply().finish_reason == "stop"

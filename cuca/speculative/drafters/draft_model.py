@@ -49,6 +49,17 @@ class DraftModelDrafter:
         self.history = list(prompt[:1])  # commits bring the tokens that follow each row, from position 1 on
         self.cached, self._sure, self._logits, self._snap = [], 0, None, None
 
+    def resume(self, prompt: list[int], keep: int, params: SamplingParams, rng: np.random.Generator) -> int:
+        """Begin on `prompt` whose first `keep` rows the target kept (prompt cache): the own cache's rows stay, and
+        the next catch-up keeps those whose tokens match the new history. A cache that rolls back only a bounded
+        depth (snapshots) cannot be rewound to an arbitrary prefix: 0, a cold start."""
+        if self.bounded:
+            return 0
+        self.params, self.rng = params, rng
+        self.history = list(prompt[: keep + 1])
+        self._sure, self._logits, self._snap = 0, None, None  # catch-up compares what its cache holds
+        return keep
+
     def commit(self, tokens: list[int], positions: np.ndarray, hidden: np.ndarray | None = None) -> None:
         if len(positions) and int(positions[0]) + 1 != len(self.history):
             raise ValueError(f"commit at position {int(positions[0])} does not continue the {len(self.history)} "
