@@ -125,6 +125,20 @@ def test_zero_acceptance_ends_at_depth_0_and_probes_at_the_cheapest_length() -> 
     assert gov.events[1:] == [GovernorEvent("probe", 4 + PROBE_FIRST, 1), GovernorEvent("spec_off", 6 + PROBE_FIRST, 0)]
 
 
+def test_costs_timed_under_changing_load_never_make_useless_drafts_pay() -> None:
+    """Round costs are timed at different moments: if the machine got quieter after the plain rounds, a 1-draft
+    round can be timed cheaper than the plain step was. The modelled cost never decreases with the length, so drafts
+    that are never accepted still lose to plain decoding."""
+    gov = SpeedGovernor()
+    Script(linear(0.010, 0.004), [0.0, 0.0, 0.0]).run(gov, 4)
+    quieter = Script(lambda k: 0.005 + 0.001 * k if k else 0.010, [0.0, 0.0, 0.0])  # plain: still the old timing
+    decisions = quieter.run(gov, 200)
+    assert gov.costs[1].value is not None and gov.costs[1].value < gov.costs[0].value  # type: ignore[operator]
+    assert gov.cost(1) == gov.cost(0) and all(gov.cost(k) >= gov.cost(0) for k in range(4))  # type: ignore[operator]
+    assert "spec_on" not in [e.kind for e in gov.events]
+    assert decisions.count(0) >= 200 - 2 * len(kinds(gov, "probe"))
+
+
 def test_first_draft_good_second_bad_drafts_one() -> None:
     gov, s = SpeedGovernor(), Script(linear(0.010, 0.002), [1.0, 0.0, 0.0])
     decisions = s.run(gov, 4 + 3 * DEPTH_PROBE_EVERY)

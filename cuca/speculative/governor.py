@@ -164,8 +164,16 @@ class SpeedGovernor:
         return out
 
     def cost(self, k: int) -> float | None:
-        """Modelled seconds of a round with k drafts: its own average, else linear between the nearest timed lengths
-        around it, else extrapolated along the last two (flat when only one is timed); None before any timing."""
+        """Modelled seconds of a round with k drafts, never less than a plain step's: such a round does a plain
+        step's work and more, so a cheaper figure is only load that changed between the timings, and must not make
+        drafts that are never accepted look faster than plain decoding. (Only against the plain step: a stalled
+        timing of one length must not spoil the longer ones.)"""
+        own, plain = self._cost(k), self._cost(0) if k > 0 else None
+        return own if own is None or plain is None else max(own, plain)
+
+    def _cost(self, k: int) -> float | None:
+        """Round k's own average, else linear between the nearest timed lengths around it, else extrapolated along
+        the last two (flat when only one is timed); None before any timing."""
         timed = sorted(d for d, c in self.costs.items() if c.value is not None)
         if not timed:
             return None
@@ -240,12 +248,17 @@ class SpeedGovernor:
             if untimed:
                 k = untimed[0]  # once per length: its cost timed rather than interpolated
             elif self._count % DEPTH_PROBE_EVERY == DEPTH_PROBE_EVERY - 1:
-                # now and then one longer (that position's acceptance and cost stay measured) or, every other
-                # time or at the limit, one shorter (that cost too)
-                up = (self._count // DEPTH_PROBE_EVERY) % 2 == 0
-                k = k + 1 if (up or k == 1) and k < limit else max(k - 1, 1) if k > 1 else k
+                k = self._neighbour(k, limit)
         self._pending = k
         return k
+
+    def _neighbour(self, k: int, limit: int) -> int:
+        """A depth probe: one longer than k (that position's acceptance and cost stay measured) or, every other
+        time or at the limit, one shorter (that cost too)."""
+        up = (self._count // DEPTH_PROBE_EVERY) % 2 == 0 or k == 1
+        if up and k < limit:
+            return k + 1
+        return k - 1 if k > 1 else k
 
     # ---- measurements --------------------------------------------------------------------------------------------
     def record(self, depth: int, accepted: int, seconds: float) -> None:
