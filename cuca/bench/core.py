@@ -191,6 +191,7 @@ class Bench:
 
     def __init__(self, model: Any, drafter: Any = None, draft_tokens: int = 3, threads: int = 0, n_ctx: int = 1024):
         from ..local import LocalModel, LocalModelConfig
+        from ..speculative.drafters.draft_model import DraftModelDrafter
 
         self.lm = LocalModel(LocalModelConfig(model, drafter=drafter, draft_tokens=draft_tokens, context_length=n_ctx,
                                               threads=threads, allow_long_context=True))  # tiny test files: 512
@@ -200,6 +201,8 @@ class Bench:
         self.threads = threads or (os.cpu_count() or 1)
         ds = self.lm.drafter_source
         self.drafter_kind = ds.kind if ds is not None else None
+        if self.drafter_kind == "file" and isinstance(self.lm.drafter, DraftModelDrafter):
+            self.drafter_kind = "draft_model"  # an ordinary model file: llama.cpp's draft-simple, not draft-mtp
         self.drafter_name = None if ds is None else (
             str(ds.source.value) if ds.source is not None else ds.kind.replace("_", "-"))
 

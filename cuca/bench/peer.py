@@ -163,4 +163,5 @@ def find_peer(threads: int) -> Peer | None:
 
 def spec_type_for(drafter_kind: str | None) -> str | None:
     """llama.cpp's speculation type for cuca's drafter kind (None: it has no counterpart here)."""
-    return {"prompt_lookup": "ngram-simple", "in_trunk": "draft-mtp", "file": "draft-mtp"}.get(drafter_kind or "")
+    return {"prompt_lookup": "ngram-simple", "in_trunk": "draft-mtp", "file": "draft-mtp",
+            "draft_model": "draft-simple"}.get(drafter_kind or "")
