@@ -174,6 +174,12 @@ class RemoteModel:
             resp = self._call(self._sync, chat, {**self._body(chat, what), **r.args}, False)
         except _openai().OpenAIError as e:
             raise _error(e, self.base_url) from None
+        return self._whole(chat, resp, r)
+
+    def _whole(self, chat: bool, resp: Any, r: _Request) -> Reply:
+        """A whole (not streamed) reply: its text, finish reason and usage."""
+        if not getattr(resp, "choices", None):
+            raise ProviderError(f"{self.base_url}: the server's reply has no choices")
         choice = resp.choices[0]
         r.text.append((choice.message.content or "") if chat else (choice.text or ""))
         r.finish(resp, choice.finish_reason)
@@ -212,11 +218,7 @@ class RemoteModel:
                 resp = await self._call(client, chat, body, False)
         except _openai().OpenAIError as e:
             raise _error(e, self.base_url) from None
-        choice = resp.choices[0]
-        r.text.append((choice.message.content or "") if chat else (choice.text or ""))
-        r.finish(resp, choice.finish_reason)
-        self._count(r)
-        return r.reply()
+        return self._whole(chat, resp, r)
 
     def _stream(self, chat: bool, what: Any, kw: dict[str, Any]) -> AsyncIterator[str]:
         r = _Request(kw)

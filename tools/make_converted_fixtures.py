@@ -219,17 +219,7 @@ def _convert_main(argv: list[str]) -> None:
 
     def qwen_vocab(self) -> None:  # type: ignore[no-untyped-def]
         s = synth_qwen35.replace(synth_qwen35.TINY, n_vocab=self.hparams["vocab_size"])
-        toks, types, merges = synth_qwen35.vocab(s)
-        w = self.gguf_writer
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("qwen35")
-        w.add_token_list(toks)
-        w.add_token_types(types)
-        w.add_token_merges(merges)
-        w.add_bos_token_id(s.specials_at)
-        w.add_eos_token_id(s.specials_at + 2)
-        w.add_add_bos_token(False)
-        w.add_chat_template(synth_qwen35.CHAT_TEMPLATE)
+        synth_qwen35.add_tokenizer(self.gguf_writer, s, "qwen35")
 
     Gemma4Model.set_vocab = gemma_vocab  # type: ignore[method-assign]
     Qwen3_5TextModel.set_vocab = qwen_vocab  # type: ignore[method-assign]

@@ -106,6 +106,21 @@ def vocab(s: Shape) -> tuple[list[str], list[int], list[str]]:
     return toks, types, merges
 
 
+def add_tokenizer(w: gguf.GGUFWriter, s: Shape, pre: str) -> None:
+    """The vocabulary of `vocab(s)` as gpt2 BPE tokenizer metadata with pre-tokenizer `pre`, BOS <|endoftext|>, EOS
+    <|im_end|>, no added BOS, and the chat template (what the converter writes for Qwen files)."""
+    toks, types, merges = vocab(s)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(toks)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(s.specials_at)
+    w.add_eos_token_id(s.specials_at + 2)
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHAT_TEMPLATE)
+
+
 def _add(w: gguf.GGUFWriter, name: str, arr: np.ndarray, qtype: int) -> None:
     if qtype == Q.F32 or arr.ndim == 1:
         w.add_tensor(name, np.ascontiguousarray(arr, np.float32))
