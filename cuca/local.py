@@ -332,8 +332,10 @@ class LocalModel:
 
 def _with_gen(kw: dict[str, Any]) -> tuple[Generation, dict[str, Any]]:
     """The request's Generation (the caller's, or a new one) and the parameters that carry it."""
-    gen = kw.get("gen") or Generation()
-    return gen, {**kw, "gen": gen}
+    gen = kw.get("gen")
+    if gen is None:
+        gen = Generation()
+    return gen, {**kw, "gen": gen}  # anything but a Generation is refused by check_request
 
 
 def _as_reply(text: str, gen: Generation) -> Reply:

@@ -151,3 +151,9 @@ def test_the_memory_check_counts_the_drafters_own_cache(tmp_path: Path, monkeypa
     assert LocalModel.load_sync(LocalModelConfig(q, threads=1, context_length=256)).engine.n_ctx == 256
     with pytest.raises(ConfigError, match=r"context_length 256 needs [\d,]+ bytes .*\(target and drafter\)"):
         LocalModel.load_sync(LocalModelConfig(q, threads=1, context_length=256, drafter=DrafterSource.IN_TRUNK))
+
+
+@pytest.mark.parametrize("gen", [0, "", "g", []])
+def test_a_gen_that_is_not_a_generation_is_a_config_error(model: LocalModel, gen: object) -> None:
+    with pytest.raises(ConfigError, match="gen must be a Generation"):
+        model.complete_sync("abc", max_tokens=2, gen=gen)
