@@ -300,6 +300,7 @@ QA_FN(tile_q5_0, GT_Q5_0)
 QA_FN(tile_q5_1, GT_Q5_1)
 
 int cuca_tile_q(int wtype, cuca_tile_fn *fn, int *tile) {
+    if (cuca_pack_rows(wtype) > 0) return cuca_tile_praw(wtype, fn, tile); /* bit-equal to the packed kernel */
     switch (wtype) {
     case GT_Q8_0: *fn = tile_q8_0; break;
     case GT_Q4_0: *fn = tile_q4_0; break;
