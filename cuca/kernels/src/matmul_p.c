@@ -3,15 +3,21 @@
  * sums a whole 32-block: per block and x row one int->float conversion, one scale product and one fma for R rows
  * (the raw kernels spend that on every 4 blocks of one row).
  *
- * Layout (same size as the raw tensor): rows in groups of R; group g holds, for each 32-block b in order, the
- * block's code dwords t (bytes 4t..4t+3 of its codes; Q4_0 t < 4, Q8_0 t < 8) of rows 0..R-1 side by side
- * (R * 4 bytes per t), then the fp16 scales of all blocks (R per block). The n_out % R last rows follow raw.
+ * Layout (same size as the raw tensor): rows in groups of R; a group is one stream of records of K = 64 / (2R)
+ * 32-blocks (the last may hold fewer): the fp16 scales of rows 0..R-1 for each block of the record (one cache
+ * line), then per block its code dwords t (bytes 4t..4t+3 of the codes; Q4_0 t < 4, Q8_0 t < 8) of rows 0..R-1
+ * side by side (R * 4 bytes per t). The n_out % R last rows follow raw.
  * AVX-512 stores Q8_0 codes + 128 (unsigned for dpbusd; the activation correction c = -128 * sum(a) undoes it).
  *
  * Per (weight row, x row) the float sequence is fixed: acc += float(sumi_b + c_b) * (dw_b * da_b) block by block
  * in one lane, whatever the tile height or the thread split: batch invariant. */
 #include "qmatmul.h"
 
+/* packed bytes are prefetched this far ahead: a group streams 16x faster than one raw row, so further than
+ * CUCA_PREFETCH */
+#ifndef PK_PF
+#define PK_PF 4096
+#endif
 #if defined(CUCA_AVX512)
 #define PK_R 16
 #define PK_T 8
@@ -25,6 +31,16 @@
 
 /* code dwords per block */
 #define PK_NT(wt) ((wt) == GT_Q8_0 ? 8 : 4)
+
+/* block b of a group of R rows and nb blocks (code bytes cbytes per block): where its codes and scales are */
+static inline __attribute__((always_inline)) void pk_where(int R, int64_t nb, int64_t b, size_t cbytes,
+                                                           size_t *codes, size_t *scales) {
+    const int K = 64 / (2 * R);
+    const int64_t j = b % K, b0 = b - j, kk = nb - b0 < K ? nb - b0 : K;
+    const size_t rec = (size_t)b0 * (2 * (size_t)R + cbytes);
+    *scales = rec + 2 * (size_t)R * (size_t)j;
+    *codes = rec + 2 * (size_t)R * (size_t)kk + cbytes * (size_t)j;
+}
 
 int cuca_pack_rows(int wtype) {
     if (wtype == GT_Q4_0) return PK_R;
@@ -44,19 +60,18 @@ int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *
     const uint8_t *src = (const uint8_t *)w;
     uint8_t *out = (uint8_t *)dst;
     const uint8_t flip = (PK_R == 16 && wtype == GT_Q8_0) ? 0x80 : 0;
-    for (int64_t g = 0; g < ng; g++) {
-        uint8_t *codes = out + g * gb, *scales = codes + (size_t)nb * R * 4 * nt;
-        for (int r = 0; r < R; r++) {
-            const uint8_t *row = src + (size_t)(g * R + r) * rb;
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *blk = row + b * bytes;
-                memcpy(scales + 2 * (b * R + r), blk, 2);
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            size_t co, so;
+            pk_where(R, nb, b, (size_t)R * 4 * nt, &co, &so);
+            uint8_t *codes = out + g * gb + co, *scales = out + g * gb + so;
+            for (int r = 0; r < R; r++) {
+                const uint8_t *blk = src + (size_t)(g * R + r) * rb + b * bytes;
+                memcpy(scales + 2 * r, blk, 2);
                 for (int t = 0; t < nt; t++)
-                    for (int k = 0; k < 4; k++)
-                        codes[((b * nt + t) * R + r) * 4 + k] = (uint8_t)(blk[2 + 4 * t + k] ^ flip);
+                    for (int k = 0; k < 4; k++) codes[(t * R + r) * 4 + k] = (uint8_t)(blk[2 + 4 * t + k] ^ flip);
             }
         }
-    }
     memcpy(out + ng * gb, src + ng * gb, (size_t)(n_out - ng * R) * rb);
     return CUCA_OK;
 }
@@ -108,7 +123,6 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
                                                            const cuca_act *A, int64_t m0, const int nr, float *out,
                                                            int64_t ldo, int nv, const size_t rb) {
     const int nt = PK_NT(wt), bytes = wt == GT_Q8_0 ? 34 : 18;
-    const uint8_t *sc = g + (size_t)nb * 64 * nt;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __mmask16 mk = (__mmask16)(nv >= 16 ? 0xFFFF : (1u << nv) - 1);
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -125,7 +139,9 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
         d[r] = ACT_D(A, m0 + r);
     }
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *cb = g + (size_t)b * (rb ? bytes : 64 * nt);
+        size_t co = (size_t)b * bytes, so = 0;
+        if (!rb) pk_where(16, nb, b, 64 * (size_t)nt, &co, &so);
+        const uint8_t *cb = g + co;
         __m512i u[8], v[8];
         __m512 dw;
         if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
@@ -136,9 +152,9 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
             dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
                 _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, cb, 1)));
         } else {
-            cuca_prefetch(cb, 64 * nt);
+            for (int o = 0; o <= 64 * nt; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T0);
             for (int t = 0; t < nt; t++) v[t] = _mm512_loadu_si512(cb + 64 * t);
-            dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 32 * b)));
+            dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + so)));
         }
         if (wt == GT_Q8_0) {
             for (int t = 0; t < 8; t++) u[t] = v[t];
@@ -186,7 +202,6 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
                                                            const cuca_act *A, int64_t m0, const int nr, float *out,
                                                            int64_t ldo, int nv, const size_t rb) {
     (void)wt;
-    const uint8_t *sc = g + (size_t)nb * 128;
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
     const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -202,7 +217,9 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
         d[r] = ACT_D(A, m0 + r);
     }
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *cb = g + (size_t)b * (rb ? 18 : 128);
+        size_t co = (size_t)b * 18, so = 0;
+        if (!rb) pk_where(8, nb, b, 128, &co, &so);
+        const uint8_t *cb = g + co;
         __m256i u[8], v[4];
         __m256 dw;
         if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
@@ -212,9 +229,9 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
                                                _mm256_set1_epi32(0xFFFF));
             dw = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
         } else {
-            cuca_prefetch(cb, 128);
+            for (int o = 0; o <= 128; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T0);
             for (int t = 0; t < 4; t++) v[t] = _mm256_loadu_si256((const __m256i *)(cb + 32 * t));
-            dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 16 * b)));
+            dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so)));
         }
         for (int t = 0; t < 4; t++) {
             u[t] = _mm256_and_si256(v[t], m4);
