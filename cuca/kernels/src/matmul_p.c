@@ -8,6 +8,8 @@
  * line), then per block its code dwords t (bytes 4t..4t+3 of the codes; Q4_0 t < 4, Q8_0 t < 8) of rows 0..R-1
  * side by side (R * 4 bytes per t). The n_out % R last rows follow raw.
  * AVX-512 stores Q8_0 codes + 128 (unsigned for dpbusd; the activation correction c = -128 * sum(a) undoes it).
+ * Raw rows (a packed tensor's last rows, weights kept raw) run the same kernel on vectors transposed from the rows
+ * as they are loaded (pk_rows16 / pk_rows8): a row's result is the same bit for bit wherever it is stored.
  *
  * Per (weight row, x row) the float sequence is fixed: acc += float(sumi_b + c_b) * (dw_b * da_b) block by block
  * in one lane, whatever the tile height or the thread split: batch invariant. */

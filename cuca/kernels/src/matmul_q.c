@@ -12,7 +12,9 @@
  *   one vector (lane j and j + 4: block j), so the offset, scaling and accumulation run once per 4 blocks per x
  *   row, one accumulator per row; the weights of a group are unpacked once for every row of the tile.
  * Portable C: scalar, block by block.
- * Every tile size runs the same float sequence for each x row. */
+ * Every tile size runs the same float sequence for each x row.
+ * Where the build packs a format (cuca_pack_rows: Q4_0 with AVX-512 or AVX2, Q8_0 with AVX-512), cuca_tile_q
+ * hands out matmul_p.c's kernel on raw rows instead, so that packed and raw rows give identical results. */
 #include "qmatmul.h"
 
 #if defined(CUCA_AVX512)
