@@ -99,7 +99,7 @@ def _load(a: argparse.Namespace) -> LocalModel:
     return LocalModel.load_sync(
         LocalModelConfig(
             a.model, drafter=drafter, draft_tokens=a.draft_tokens, context_length=a.context_length, threads=a.threads,
-            allow_long_context=a.allow_long_context,
+            allow_long_context=a.allow_long_context, parallel=getattr(a, "parallel", 1),
         )
     )
 
