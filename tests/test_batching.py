@@ -143,3 +143,24 @@ def test_memory_check_counts_every_slot(tmp_path: Path, monkeypatch: pytest.Monk
         LocalModel.load_sync(LocalModelConfig(p, threads=1, context_length=256, parallel=4))
     with pytest.raises(ConfigError, match="parallel must be an integer"):
         LocalModelConfig(p, parallel=0).validate()
+
+
+def test_server_runs_parallel_slots_then_queues(tmp_path: Path) -> None:
+    """`cuca serve --parallel 2 --max-queue 0`: two streams run at once, a third request gets 429."""
+    import asyncio
+
+    import httpx
+    from serving import serving
+
+    tiny = write_tiny(tmp_path / "tiny.gguf", arch="gemma3")
+    with serving(tiny, "--parallel", "2", "--max-queue", "0") as u:
+        body = {"model": "tiny", "prompt": "hello", "max_tokens": 200, "temperature": 0, "stream": True}
+
+        async def three() -> tuple[int, int, int]:
+            async with httpx.AsyncClient(base_url=u, timeout=60) as c:
+                async with c.stream("POST", "/v1/completions", json=body) as a, \
+                        c.stream("POST", "/v1/completions", json=body) as b:
+                    third = await c.post("/v1/completions", json={**body, "stream": False})
+                    return a.status_code, b.status_code, third.status_code
+
+        assert asyncio.run(three()) == (200, 200, 429)
