@@ -164,3 +164,27 @@ def test_server_runs_parallel_slots_then_queues(tmp_path: Path) -> None:
                     return a.status_code, b.status_code, third.status_code
 
         assert asyncio.run(three()) == (200, 200, 429)
+
+
+def test_batch_governor_decides_per_pass_on_the_batch() -> None:
+    """Every lane of a pass gets the pass's round length (capped by its room; a seeded request keeps its full
+    length); each pass's cost is recorded once, in the governor of its batch-size class; acceptance per lane."""
+    from cuca.speculative.batch_governor import BatchGovernor, PassClock, size_class
+
+    assert [size_class(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [0, 1, 2, 2, 3, 3, 4, 4]
+    clock = PassClock(active=4)
+    shared = BatchGovernor(clock, draft_tokens=3)
+    lanes = [shared.view() for _ in range(4)]
+    for _ in range(40):
+        depths = [g.decide(3 if i else 1) for i, g in enumerate(lanes)]
+        assert depths[1] == depths[2] == depths[3] and depths[0] == min(depths[1], 1)
+        assert lanes[3].decide(2, force=True) == 2
+        for g, d in zip(lanes, depths, strict=True):
+            g.record(d, d, 0.0)  # every draft accepted
+        clock.passes += 1
+        clock.period = 0.010 if depths[1] == 0 else 0.012  # drafting costs 20% more per pass, emits up to 4x
+    g4 = shared.classes[size_class(4)]
+    assert set(shared.classes) == {size_class(4)} and g4.rounds == 39  # one cost per pass (the last still open)
+    assert g4.drafting and shared.drafting
+    clock.active = 16
+    assert lanes[0].decide(3) == 0 and size_class(16) in shared.classes  # a new class measures plain first
