@@ -2,7 +2,7 @@
 (continuous batching) get, character for character, the replies the same requests get one at a time from
 `cuca serve --parallel 1`: chat and completions, streaming and not, greedy and seeded sampling, mixed lengths.
 
-    python benchmarks/serve_exactness.py [--model gemma3-270m-q4_k_m] [--clients 16] [--threads 2]
+    python benchmarks/serve_exactness.py [--model gemma3-270m-q4_k_m] [--clients 16] [--threads 2] [--drafter D]
 """
 
 from __future__ import annotations
@@ -50,9 +50,11 @@ def main() -> None:
     ap.add_argument("--model", default="gemma3-270m-q4_k_m")
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--drafter", default=None, help="the servers' --drafter (default: none)")
     a = ap.parse_args()
     reqs = [request(i) for i in range(a.clients)]
-    args = ("--threads", str(a.threads), "--name", "m", "--context-length", "1024")
+    args = ("--threads", str(a.threads), "--name", "m", "--context-length", "1024",
+            *(("--drafter", a.drafter) if a.drafter else ()))
     with serving(a.model, *args, "--parallel", "1") as u:
         c = OpenAI(base_url=u + "/v1", api_key="none")
         alone = [ask(c, r) for r in reqs]
