@@ -12,7 +12,8 @@ Every kernel is batch invariant and attention and recurrent state are per sequen
 sequence computes alone whatever else shares the pass: exactness needs nothing more. A lane's calls are the very
 calls it makes alone (same rows, same chunks: the hybrid's chunked form depends on them), only served together.
 Drafters run on their lane's thread, one at a time (their own passes are not batched). A request that is
-cancelled while it waits gets an error at its next call and leaves; its slot is free at the next step.
+cancelled while it waits gets an error at its next call and leaves; its slot is free at the next step. A request
+alone (no other active, none queued) serves its own calls on its thread: no handoff per call.
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ class _Seq:
     """One admitted request and its thread. The thread and the stepper hand control to each other: exactly one
     of them runs at any time."""
 
-    def __init__(self, req: Request, lane: Lane, model: LaneModel):
-        self.req, self.lane, self.model = req, lane, model
+    def __init__(self, req: Request, lane: Lane, model: LaneModel, batcher: Batcher):
+        self.req, self.lane, self.model, self.batcher = req, lane, model, batcher
         self.want: tuple[str, Any] | None = None  # the call it waits on (None: runnable, or done)
         self.reply: Any = None
         self.error: BaseException | None = None
@@ -99,7 +100,10 @@ class _Seq:
             self._back.release()
 
     def call(self, kind: str, payload: Any) -> Any:
-        """On the request's thread: wait for the stepper to serve this call."""
+        """On the request's thread: wait for the stepper to serve this call (or serve it here, when alone)."""
+        b = self.batcher
+        if b.clock.active == 1 and not b._queue:  # the stepper waits for this thread: nobody else runs
+            return b._direct(kind, payload)
         self.want = (kind, payload)
         self._back.release()
         self._go.acquire()
@@ -141,7 +145,7 @@ class Batcher:
         self._cond = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._t0 = 0.0  # when the running step began
+        self._t0 = 0.0  # when the last pass ended
 
     @property
     def lanes(self) -> int:
@@ -183,6 +187,8 @@ class Batcher:
                     self._cond.wait()
                 if not self._queue and not active:
                     return
+                if not active:  # after idle time: the first pass's cost starts now
+                    self._t0 = time.perf_counter()
                 while self._queue and self._free:
                     active.append(self._admit(self._queue.popleft()))
             self.clock.active = len(active)
@@ -203,7 +209,7 @@ class Batcher:
             scores = [_score(score, lane) for lane, _ in self._free]
             best = max(range(len(scores)), key=lambda i: (scores[i], i))
         lane, model = self._free.pop(best)
-        s = _Seq(e.req, lane, model)
+        s = _Seq(e.req, lane, model, self)
         model.seq = s
         e.req._job = lambda: e.job(lane)
         return s
@@ -230,8 +236,7 @@ class Batcher:
                 s.resume()
 
     def _step(self, active: list[_Seq]) -> None:
-        """Run every lane until it waits, serve the heads, then one pass (its cost: this whole step)."""
-        self._t0 = time.perf_counter()
+        """Run every lane until it waits, serve the heads, then one pass."""
         self._advance([s for s in active if s.want is None])
         while heads := [s for s in active if s.want is not None and s.want[0] == "head"]:
             self._heads(heads)
@@ -239,6 +244,21 @@ class Batcher:
         waiting = [s for s in active if s.want is not None and s.want[0] == "rows"]
         if waiting:
             self._pass(waiting)
+
+    def _passed(self) -> None:
+        """A pass ended: its cost for the governor is the time since the previous one ended (drafting, heads, the
+        pass itself)."""
+        now = time.perf_counter()
+        self.clock.period, self._t0 = now - self._t0, now
+        self.clock.passes += 1
+
+    def _direct(self, kind: str, payload: Any) -> Any:
+        """A lone request's call, on its own thread (errors are its own)."""
+        if kind == "head":
+            return self.model.head(np.ascontiguousarray(payload, np.float32))
+        h = self.model.forward_batch([payload])
+        self._passed()
+        return h
 
     def _heads(self, seqs: list[_Seq]) -> None:
         hs = [np.ascontiguousarray(s.want[1], np.float32) for s in seqs if s.want is not None]
@@ -273,8 +293,7 @@ class Batcher:
         if not chosen:
             return
         h = self.model.forward_batch([s.want[1] for s in chosen if s.want is not None])
-        self.clock.period = time.perf_counter() - self._t0
-        self.clock.passes += 1
+        self._passed()
         r = 0
         for s in chosen:
             assert s.want is not None
