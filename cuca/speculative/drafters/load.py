@@ -23,8 +23,8 @@ from .prompt_lookup import PromptLookupDrafter
 def check_device(ds: DrafterSource, device: Device) -> None:
     """ConfigError unless the drafter can run on `device`: the in-trunk prediction head runs on the CPU only."""
     if ds.kind == "in_trunk" and device is not Device.CPU:
-        raise ConfigError(f"drafter: the in-trunk prediction head runs on the CPU only, not on device "
-                          f"{device.value!r}")
+        raise ConfigError(f"drafter: the in-trunk prediction head runs on the CPU only (device 'cpu', the C "
+                          f"backend), not on device {device.value!r}")
 
 
 def resolve_auto(ds: DrafterSource, target: Any, source: ModelSource | None = None) -> DrafterSource:
@@ -72,7 +72,7 @@ def load_drafter(
         from ...models.gemma4_assistant import load_assistant
         from .assistant import AssistantDrafter
 
-        return AssistantDrafter(load_assistant(f, ops, target), cache)
+        return AssistantDrafter(load_assistant(f, ops, target, ops.requantize_drafters), cache)
     if f.architecture in ARCHITECTURES:
         from .draft_model import DraftModelDrafter
         from .pairing import check_pairing
