@@ -351,7 +351,9 @@ def _ops(config: LocalModelConfig) -> Ops:
         return Ops(config.threads or (os.cpu_count() or 1))
     from .gpu import make_ops
 
-    return make_ops(device, index, config.threads)
+    ops = make_ops(device, index, config.threads)
+    ops.pass_rows = config.draft_tokens + 1  # passes of up to this many rows are captured (a round's verify pass)
+    return ops
 
 
 def available_memory() -> int | None:

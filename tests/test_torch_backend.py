@@ -138,3 +138,48 @@ def test_local_model_on_torch_cpu() -> None:
 def test_per_layer_table_stays_on_the_host() -> None:
     g4 = model("gemma4-f32")
     assert isinstance(g4.per_layer_token_embd.w, np.ndarray) and isinstance(g4.token_embd.w, torch.Tensor)
+
+
+def _static(name: str) -> Any:
+    key = (name, "static")
+    if key not in _models:
+        ops = TorchOps(threads=1, passes="static")
+        ops.pass_rows = 7
+        _models[key] = load_model(open_gguf(DIR / f"{name}.gguf"), ops)
+    return _models[key]
+
+
+@pytest.mark.parametrize("name", ["llama3-f32", "gemma4-f32", "qwen35-f32"])
+def test_static_passes_equal_eager_ones(name: str) -> None:
+    """The path CUDA graphs capture (token ids, positions and Gemma 4's host-table rows from static buffers, K/V
+    written at device positions, attention over the whole cache masked by position, the hybrid cache's bookkeeping
+    around the pass), run eagerly on CPU tensors: plain and speculative greedy output and caches equal the eager
+    backend's, and the logits within float32 rounding."""
+    eager, static = model(name), _static(name)
+    want, weng, _ = plain(eager, PROMPTS[0], 12, 64)
+    got, seng, _ = plain(static, PROMPTS[0], 12, 64)
+    assert got == want and len(static._runners) > 0
+    ca, cb = weng.cache, seng.cache
+    kva, kvb = getattr(ca, "kv", ca), getattr(cb, "kv", cb)
+    n = ca.n
+    assert n == cb.n and all(np.allclose(x[:, :n], y[:, :n], atol=1e-5) for x, y in zip(kva.k, kvb.k, strict=True))
+    if name == "gemma4-f32":
+        assistant = load_assistant(open_gguf(DIR / "assistant-f32.gguf"), static.ops, static, requantize=False)
+        pair: Any = (static, lambda eng: AssistantDrafter(assistant, eng.cache))
+    elif name == "qwen35-f32":
+        draft = _static("qwen35-q8_0")
+        pair = (static, lambda eng: DraftModelDrafter(draft, eng.cache.n_ctx, static.n_vocab))
+    else:
+        pair = (static, lambda eng: PromptLookupDrafter(3))
+    for k in (2, 6):
+        out, eng, _, stats = spec(pair, PROMPTS[0], 12, k, 64)
+        assert out == want and same_cache(seng, eng) and stats.drafted > 0
+    cache = static.make_cache(16)
+    h = static.forward_hidden(TOKENS[:5], np.arange(5, dtype=np.int32), cache)
+    assert np.array_equal(static.argmax(h), static.head(h).argmax(-1))  # the pass's own arg-max and logits
+    assert np.allclose(static.head(h), eager.head(h), rtol=0, atol=2e-5 * np.abs(eager.head(h)).max())
+
+
+def test_graph_passes_need_cuda() -> None:
+    with pytest.raises(ValueError, match="CUDA only"):
+        TorchOps("cpu", passes="graph")

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 from ..device import Device
 
 if TYPE_CHECKING:
-    from ..models.ops import Ops
+    from .ops import TorchOps
 
 
-def make_ops(device: Device, index: int = 0, threads: int = 0) -> Ops:
+def make_ops(device: Device, index: int = 0, threads: int = 0) -> TorchOps:
     """The TorchOps for a checked torch device (Device.check_available passed)."""
     from .ops import TorchOps
 

@@ -11,6 +11,7 @@ while everything between runs on the device.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -20,6 +21,7 @@ import torch
 from ..models.batch import SeqRows
 from ..models.cache import KVCache
 from ..models.layers import Linear
+from .graphs import Pass, PassRunner
 from .ops import TorchOps
 
 SKIP = frozenset({"ops", "target", "c", "spec", "rope", "mask", "path", "_heads"})  # not weights, or bound elsewhere
@@ -62,24 +64,54 @@ def _convert(v: Any, ops: TorchOps, seen: set[int]) -> Any:
 
 class HostModel:
     """A device-bound model (or drafter) seen from the host: the Model protocol's methods (and the assistant's
-    `step`) take and return numpy arrays; every other attribute is the model's own."""
+    `step`) take and return numpy arrays; every other attribute is the model's own. Passes of up to
+    `ops.pass_rows` rows go through static buffers (graphs.py: CUDA graphs on a GPU), one PassRunner per cache;
+    `head` and `argmax` of the hidden states such a pass just returned reuse its logits and arg-max."""
 
     def __init__(self, inner: Any, ops: TorchOps):
         self.inner, self.ops = inner, ops
+        self._runners: weakref.WeakKeyDictionary[Any, PassRunner] = weakref.WeakKeyDictionary()
+        self._last: tuple[np.ndarray, Pass] | None = None  # (hidden as returned, the pass that made it)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    def _pass(self, tokens: np.ndarray, positions: np.ndarray, cache: Any) -> Pass | None:
+        if self.ops.passes == "eager" or not 0 < len(tokens) <= min(self.ops.pass_rows, cache.n_ctx):
+            return None
+        if not hasattr(self.inner, "run"):
+            return None
+        runner = self._runners.get(cache)
+        if runner is None:
+            runner = self._runners[cache] = PassRunner(self.inner, cache, self.ops)
+        return runner.run(tokens, positions)
+
     def forward(self, tokens: np.ndarray, positions: np.ndarray, cache: Any, logits: str = "last") -> np.ndarray:
+        p = self._pass(tokens, positions, cache) if logits in ("last", "all") else None
+        if p is not None:
+            return self.ops.host(p.logits[-1:] if logits == "last" else p.logits)
         return self.ops.host(self.inner.forward(tokens, positions, cache, logits))
 
     def forward_hidden(self, tokens: np.ndarray, positions: np.ndarray, cache: Any) -> np.ndarray:
-        return self.ops.host(self.inner.forward_hidden(tokens, positions, cache))
+        p = self._pass(tokens, positions, cache)
+        if p is None:
+            return self.ops.host(self.inner.forward_hidden(tokens, positions, cache))
+        h = self.ops.host(p.hidden)
+        self._last = (h, p)
+        return h
+
+    def argmax(self, h: np.ndarray) -> np.ndarray:
+        """The arg-max of each row's logits, computed on the device (only the ids are copied back)."""
+        if self._last is not None and self._last[0] is h:
+            return self.ops.host(self._last[1].argmax)
+        return self.ops.host(self.inner.head(self.ops.contiguous(h)).argmax(-1))
 
     def forward_batch(self, seqs: Sequence[SeqRows]) -> np.ndarray:
         return self.ops.host(self.inner.forward_batch(seqs))
 
     def head(self, h: np.ndarray) -> np.ndarray:
+        if self._last is not None and self._last[0] is h:
+            return self.ops.host(self._last[1].logits)
         return self.ops.host(self.inner.head(self.ops.contiguous(h)))
 
     def step(self, tokens: np.ndarray, h: np.ndarray, pos: int, cache: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -99,7 +131,7 @@ class TorchKVCache(KVCache):
 
     def store(self, layer: int, pos0: int, k: Any, v: Any) -> None:
         s, kl, vl = self.ops.static, cast(Any, self.k[layer]), cast(Any, self.v[layer])
-        if s is not None and s.positions.shape[0] == k.shape[0]:
+        if s is not None:
             kl.index_copy_(1, s.positions, k.transpose(0, 1))
             vl.index_copy_(1, s.positions, v.transpose(0, 1))
             return

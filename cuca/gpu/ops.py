@@ -7,7 +7,8 @@ shape), which is what makes a verify pass cost about one decode step there; gree
 asserted (the product page's rule for a GPU device).
 
 Static mode (`StaticInputs`, for CUDA graphs): the kernels read token ids and positions from device buffers set
-before each replay, and attention covers the whole cache masked by position, so no host value enters the graph.
+before each replay, K/V rows are written at those positions, and attention covers the whole cache masked by
+position, so no host value enters the graph.
 """
 
 from __future__ import annotations
@@ -42,9 +43,15 @@ class TorchOps(Ops):
     requantize_drafters = False  # the product page's Q8_0 drafter is the CPU's choice
 
     def __init__(self, device: str | torch.device = "cpu", wdtype: torch.dtype = torch.float32, threads: int = 0,
-                 invariant: bool | None = None):
+                 invariant: bool | None = None, passes: str | None = None):
         super().__init__(threads)
         self.device = torch.device(device)
+        # how passes of up to `pass_rows` rows run (graphs.py): "graph" (CUDA graphs, the default on a GPU), "static"
+        # (the same static buffers, run eagerly: the CPU check of that path) or "eager" (no static buffers)
+        self.passes = passes or ("graph" if self.device.type == "cuda" else "eager")
+        if self.passes not in ("graph", "static", "eager") or (self.passes == "graph" and self.device.type != "cuda"):
+            raise ValueError(f"passes must be 'graph' (CUDA only), 'static' or 'eager', got {self.passes!r}")
+        self.pass_rows = 0  # the most rows a static pass takes (LocalModel: draft_tokens + 1); 0: none
         self.wdtype = wdtype
         self.invariant = self.device.type == "cpu" if invariant is None else invariant
         self.host_tables = frozenset({"per_layer_token_embd.weight"})  # Gemma 4's PLE table: rows gathered on host
@@ -124,16 +131,10 @@ class TorchOps(Ops):
         return t if t.dtype == torch.float32 else t.float()
 
     def _ids(self, ids: Any) -> torch.Tensor:
-        s = self.static
-        if s is not None and s.tokens.shape[0] == len(ids):
-            return s.tokens
-        return self.tensor(ids)
+        return self.static.tokens if self.static is not None else self.tensor(ids)
 
     def _positions(self, positions: Any) -> torch.Tensor:
-        s = self.static
-        if s is not None and s.positions.shape[0] == len(positions):
-            return s.positions
-        return self.tensor(positions)
+        return self.static.positions if self.static is not None else self.tensor(positions)
 
     # ---- kernels ---------------------------------------------------------------------------------------------
     def _mm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -220,7 +221,7 @@ class TorchOps(Ops):
         m, h, d = q.shape
         hkv = kc.shape[0]
         if self.static is not None:  # the whole cache, masked by position: no host value in the graph
-            return self._attend(q, kc, vc, self._positions(positions), mask)
+            return self.rowwise(lambda qi, pi: self._attend(qi, kc, vc, pi, mask), q, self.static.positions)
         pos = np.asarray(positions, np.int64)
         if not self.invariant:
             n = min(int(n_kv), kc.shape[1])

@@ -1,0 +1,109 @@
+"""Passes of M = 1..pass_rows rows (the decode step, the verify passes of every round length) through static
+buffers: on a GPU each M is captured once as a CUDA graph (after a warm-up on a side stream) and replayed, so a
+step costs one graph launch instead of hundreds of kernel launches from Python; on CPU tensors ("static") the same
+buffers are run eagerly, which checks that path without a GPU.
+
+A captured pass reads its token ids, positions and (Gemma 4) the per-layer embedding rows from `StaticInputs`,
+writes K/V at those positions of its cache's fixed buffers and returns hidden states, logits and their arg-max in
+fixed output tensors. What the Python forward does on the host is done here around the replay: the room check,
+the cache's counters, and for the hybrid cache the per-batch snapshot bookkeeping (`begin`, the raw conv inputs a
+rollback rebuilds the windows from).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..models.batch import Batch, SeqRows
+from ..models.layers import Linear
+from .ops import StaticInputs, TorchOps
+
+
+@dataclass
+class Pass:
+    """One M's static inputs and outputs (device tensors, overwritten by every run of this M)."""
+
+    m: int
+    static: StaticInputs
+    graph: Any = None  # torch.cuda.CUDAGraph once captured
+    hidden: Any = None  # (M, n_embd) post-norm
+    logits: Any = None  # (M, n_vocab)
+    argmax: Any = None  # (M,) int64
+    raws: list[Any] = field(default_factory=list)  # hybrid cache: the raw conv inputs the graph writes
+
+
+class PassRunner:
+    """The static passes of `model` (a device-bound Decoder) on one `cache`."""
+
+    def __init__(self, model: Any, cache: Any, ops: TorchOps):
+        self.model, self.cache, self.ops = model, cache, ops
+        self.hybrid = hasattr(cache, "begin")
+        self.host_tables = [v for v in vars(model).values()
+                            if isinstance(v, Linear) and not isinstance(v.w, torch.Tensor)]
+        self.passes: dict[int, Pass] = {}
+
+    def run(self, tokens: np.ndarray, positions: np.ndarray) -> Pass:
+        """One pass over `tokens` at `positions` (one ascending run continuing the cache)."""
+        m, cache = len(tokens), self.cache
+        cache.check_room(int(positions[0]), m)
+        p = self.passes.get(m)
+        if p is None:
+            p = self.passes[m] = self._prepare(m)
+        self._fill(p, tokens, positions)
+        if self.hybrid:
+            cache.begin(m)
+        if p.graph is not None:
+            p.graph.replay()
+            if self.hybrid:
+                cache._raw[:] = p.raws  # what the captured conv step wrote, for a rollback
+        else:
+            p.hidden, p.logits, p.argmax = self._body(p, tokens, positions)
+        cache.advance(int(positions[-1]) + 1)
+        return p
+
+    def _fill(self, p: Pass, tokens: np.ndarray, positions: np.ndarray) -> None:
+        p.static.tokens.copy_(torch.from_numpy(np.asarray(tokens, np.int64)))
+        p.static.positions.copy_(torch.from_numpy(np.asarray(positions, np.int64)))
+        for w in self.host_tables:  # rows of the host-resident tables, dequantized here and copied over
+            p.static.host_rows[w.name].copy_(self.ops.host_rows(w, tokens))
+
+    def _body(self, p: Pass, tokens: np.ndarray, positions: np.ndarray) -> tuple[Any, Any, Any]:
+        self.ops.static = p.static
+        try:
+            h = self.model.run(Batch([SeqRows(tokens, positions, self.cache)]))
+            logits = self.model.head(h)
+            return h, logits, logits.argmax(-1)
+        finally:
+            self.ops.static = None
+
+    def _prepare(self, m: int) -> Pass:
+        """Static buffers for M rows; on a GPU the pass captured (its warm-up and capture write K/V at the last m
+        positions, which are rewritten before they are read, and leave the recurrent state as it was)."""
+        ops, cache = self.ops, self.cache
+        p = Pass(m, StaticInputs(m, ops.device))
+        tokens = np.zeros(m, np.int32)
+        for w in self.host_tables:
+            p.static.host_rows[w.name] = ops.host_rows(w, tokens)
+        if ops.passes != "graph":
+            return p
+        positions = np.arange(cache.n_ctx - m, cache.n_ctx, dtype=np.int32)
+        self._fill(p, tokens, positions)
+        snap = cache.snapshot() if self.hybrid else None
+        side = torch.cuda.Stream(ops.device)
+        side.wait_stream(torch.cuda.current_stream(ops.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._body(p, tokens, positions)
+        torch.cuda.current_stream(ops.device).wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            p.hidden, p.logits, p.argmax = self._body(p, tokens, positions)
+        p.graph = g
+        if self.hybrid:
+            p.raws = list(cache._raw)
+            cache.restore(snap)
+        return p
