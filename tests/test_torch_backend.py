@@ -183,3 +183,20 @@ def test_static_passes_equal_eager_ones(name: str) -> None:
 def test_graph_passes_need_cuda() -> None:
     with pytest.raises(ValueError, match="CUDA only"):
         TorchOps("cpu", passes="graph")
+
+
+@pytest.mark.parametrize("passes", ["eager", "static"])
+@pytest.mark.parametrize("drafter", ["assistant-f32", "assistant-centroids-f32"])
+def test_chained_greedy_drafts_equal_step_by_step(passes: str, drafter: str) -> None:
+    """The assistant's greedy steps chained on the device (one copy back per proposal) equal the host loop."""
+    target = model("gemma4-f32") if passes == "eager" else _static("gemma4-f32")
+    a = load_assistant(open_gguf(DIR / f"{drafter}.gguf"), target.ops, target, requantize=False)
+    cache = target.make_cache(32)
+    h = target.forward_hidden(TOKENS, np.arange(len(TOKENS), dtype=np.int32), cache)
+    for tok in (7, 300):
+        want, hh, t = [], h[-1:], tok
+        for _ in range(4):
+            logits, hh = a.step(np.array([t], np.int32), hh, len(TOKENS), cache)
+            t = int(np.argmax(logits[0]))
+            want.append(t)
+        assert a.draft_greedy(tok, h[-1:], len(TOKENS), cache, 4) == want

@@ -11,8 +11,10 @@ while everything between runs on the device.
 from __future__ import annotations
 
 import dataclasses
+import os
 import weakref
 from collections.abc import Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, cast
 
 import numpy as np
@@ -21,7 +23,7 @@ import torch
 from ..models.batch import SeqRows
 from ..models.cache import KVCache
 from ..models.layers import Linear
-from .graphs import Pass, PassRunner
+from .graphs import Pass, PassRunner, StepRunner
 from .ops import TorchOps
 
 SKIP = frozenset({"ops", "target", "c", "spec", "rope", "mask", "path", "_heads"})  # not weights, or bound elsewhere
@@ -31,34 +33,35 @@ def bind(model: Any, ops: TorchOps) -> HostModel:
     """`model` (built on `ops`) with its weights on the device, behind a host-facing view."""
     if isinstance(model, HostModel):
         return model
-    _upload(model, ops, set())
+    with ThreadPoolExecutor(max(1, min(ops.threads or (os.cpu_count() or 1), 16))) as pool:
+        _upload(model, ops, set(), pool)
     return HostModel(model, ops)
 
 
-def _upload(obj: Any, ops: TorchOps, seen: set[int]) -> None:
+def _upload(obj: Any, ops: TorchOps, seen: set[int], pool: Executor) -> None:
     if id(obj) in seen:
         return
     seen.add(id(obj))
     for name, v in list(vars(obj).items()):
         if name not in SKIP:
-            new = _convert(v, ops, seen)
+            new = _convert(v, ops, seen, pool)
             if new is not v:
                 setattr(obj, name, new)
 
 
-def _convert(v: Any, ops: TorchOps, seen: set[int]) -> Any:
+def _convert(v: Any, ops: TorchOps, seen: set[int], pool: Executor) -> Any:
     if isinstance(v, Linear):
         if id(v) not in seen and not isinstance(v.w, torch.Tensor) and v.name not in ops.host_tables:
-            v.w = ops.upload_weight(v.w, v.wtype, (v.n_out, v.n_in))  # type: ignore[assignment]
+            v.w = ops.upload_weight(v.w, v.wtype, (v.n_out, v.n_in), pool)  # type: ignore[assignment]
         seen.add(id(v))
         return v
     if isinstance(v, np.ndarray):
         return ops.tensor(v)
     if isinstance(v, list):
-        out = [_convert(e, ops, seen) for e in v]
+        out = [_convert(e, ops, seen, pool) for e in v]
         return out if any(a is not b for a, b in zip(out, v, strict=True)) else v
     if hasattr(v, "__dict__") and type(v).__module__.startswith("cuca.models") and not dataclasses.is_dataclass(v):
-        _upload(v, ops, seen)
+        _upload(v, ops, seen, pool)
     return v
 
 
@@ -71,6 +74,7 @@ class HostModel:
     def __init__(self, inner: Any, ops: TorchOps):
         self.inner, self.ops = inner, ops
         self._runners: weakref.WeakKeyDictionary[Any, PassRunner] = weakref.WeakKeyDictionary()
+        self._steps: weakref.WeakKeyDictionary[Any, StepRunner] = weakref.WeakKeyDictionary()
         self._last: tuple[np.ndarray, Pass] | None = None  # (hidden as returned, the pass that made it)
 
     def __getattr__(self, name: str) -> Any:
@@ -113,6 +117,13 @@ class HostModel:
         if self._last is not None and self._last[0] is h:
             return self.ops.host(self._last[1].logits)
         return self.ops.host(self.inner.head(self.ops.contiguous(h)))
+
+    def draft_greedy(self, tok: int, h: np.ndarray, pos: int, cache: Any, n: int) -> list[int]:
+        """A drafter's n greedy steps chained on the device, one copy back (graphs.StepRunner); the assistant only."""
+        runner = self._steps.get(cache)
+        if runner is None:
+            runner = self._steps[cache] = StepRunner(self.inner, cache, self.ops)
+        return runner.draft(tok, h, pos, n)
 
     def step(self, tokens: np.ndarray, h: np.ndarray, pos: int, cache: Any) -> tuple[np.ndarray, np.ndarray]:
         logits, nh = self.inner.step(tokens, self.ops.contiguous(h), pos, cache)

@@ -68,6 +68,7 @@ class PassRunner:
     def _fill(self, p: Pass, tokens: np.ndarray, positions: np.ndarray) -> None:
         p.static.tokens.copy_(torch.from_numpy(np.asarray(tokens, np.int64)))
         p.static.positions.copy_(torch.from_numpy(np.asarray(positions, np.int64)))
+        p.static.kv_end.copy_(p.static.positions + 1)
         for w in self.host_tables:  # rows of the host-resident tables, dequantized here and copied over
             p.static.host_rows[w.name].copy_(self.ops.host_rows(w, tokens))
 
@@ -107,3 +108,66 @@ class PassRunner:
             p.raws = list(cache._raw)
             cache.restore(snap)
         return p
+
+
+class StepRunner:
+    """Greedy drafting with a gemma4-assistant (a device-bound `Assistant`) on its target's `cache`: n steps chained
+    on the device (each step's arg-max and next hidden feed the next one) and one copy of the n ids back. With
+    `ops.passes` "graph" the step is captured once and replayed; "static" runs it through the same buffers,
+    "eager" without them."""
+
+    def __init__(self, assistant: Any, cache: Any, ops: TorchOps):
+        self.assistant, self.cache, self.ops = assistant, cache, ops
+        self.static = StaticInputs(1, ops.device)
+        self.h = ops.zeros((1, assistant.n_embd_out))
+        self.graph: Any = None
+        self.out: tuple[Any, Any] | None = None  # (arg-max (1,), next hidden (1, n_embd_out)) of the captured step
+        if ops.passes == "graph":
+            self._capture()
+
+    def _step(self, tokens: Any, pos: int) -> tuple[Any, Any]:
+        logits, h = self.assistant.step(tokens, self.h, pos, self.cache)
+        return logits.argmax(-1), h
+
+    def _static_step(self) -> tuple[Any, Any]:
+        self.ops.static = self.static
+        try:
+            return self._step(np.zeros(1, np.int32), 1)  # ids and position come from the static buffers
+        finally:
+            self.ops.static = None
+
+    def _capture(self) -> None:
+        dev = self.ops.device
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._static_step()
+        torch.cuda.current_stream(dev).wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            self.out = self._static_step()
+        self.graph = g
+
+    def draft(self, tok: int, h: Any, pos: int, n: int) -> list[int]:
+        """n greedy drafts after token `tok` (at position `pos`) and the target's hidden state h (1, n_embd)."""
+        st, ops = self.static, self.ops
+        st.tokens.fill_(tok)
+        st.positions.fill_(pos)
+        st.kv_end.fill_(pos)  # the step reads the target's first pos positions
+        self.h.copy_(ops.contiguous(h))
+        ids = torch.empty(n, dtype=torch.int64, device=ops.device)
+        for i in range(n):
+            if self.graph is not None:
+                self.graph.replay()
+                assert self.out is not None
+                am, nh = self.out
+            elif ops.passes == "static":
+                am, nh = self._static_step()
+            else:
+                am, nh = self._step(st.tokens, pos)
+            ids[i : i + 1].copy_(am)
+            if i + 1 < n:
+                st.tokens.copy_(am)
+                self.h.copy_(nh)
+        return [int(t) for t in ops.host(ids)]

@@ -13,7 +13,9 @@ position, so no host value enters the graph.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Executor, Future
 from typing import Any
 
 import numpy as np
@@ -28,12 +30,15 @@ CHUNK_BYTES = 64 << 20  # float32 host scratch per weight chunk while uploading
 
 
 class StaticInputs:
-    """Device buffers a captured pass reads instead of its host arguments: token ids, positions (M,) int64, and
-    the rows of host-resident embedding tables for those tokens (filled before each replay)."""
+    """Device buffers a captured pass reads instead of its host arguments: token ids, positions (M,) int64, the
+    end of each row's keys `kv_end` (M,) (position + 1 in a model's pass, the position itself in a drafter step
+    that reads the target's cache before it), and the rows of host-resident embedding tables for those tokens
+    (all filled before each replay)."""
 
     def __init__(self, m: int, device: torch.device):
         self.tokens = torch.zeros(m, dtype=torch.int64, device=device)
         self.positions = torch.zeros(m, dtype=torch.int64, device=device)
+        self.kv_end = torch.ones(m, dtype=torch.int64, device=device)
         self.host_rows: dict[str, torch.Tensor] = {}
 
 
@@ -84,14 +89,33 @@ class TorchOps(Ops):
     def host(self, x: Any) -> np.ndarray:
         return x.detach().to("cpu").numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
-    def upload_weight(self, w: Any, wtype: int, shape: tuple[int, int]) -> torch.Tensor:
-        """GGUF blocks (n_out rows) -> a (n_out, n_in) `wdtype` device tensor, dequantized chunk by chunk."""
+    def upload_weight(self, w: Any, wtype: int, shape: tuple[int, int], pool: Executor | None = None) -> torch.Tensor:
+        """GGUF blocks (n_out rows) -> a (n_out, n_in) `wdtype` device tensor, dequantized (cuca.quants) chunk by
+        chunk of CHUNK_BYTES float32, on `pool`'s threads when given (at most 2 chunks per thread in flight)."""
         n_out, n_in = shape
         dst = torch.empty(shape, dtype=self.wdtype, device=self.device)
         step = max(1, CHUNK_BYTES // (4 * n_in))
-        for r0 in range(0, n_out, step):
+
+        def chunk(r0: int) -> tuple[int, np.ndarray]:
             n = min(step, n_out - r0)
-            dst[r0 : r0 + n].copy_(torch.from_numpy(dequantize(w[r0 : r0 + n], wtype, n, n_in)))
+            return r0, dequantize(w[r0 : r0 + n], wtype, n, n_in)
+
+        def put(r0: int, rows: np.ndarray) -> None:
+            dst[r0 : r0 + rows.shape[0]].copy_(torch.from_numpy(rows))
+
+        starts = range(0, n_out, step)
+        if pool is None:
+            for r0 in starts:
+                put(*chunk(r0))
+            return dst
+        window = 2 * getattr(pool, "_max_workers", 2)
+        pending: deque[Future[tuple[int, np.ndarray]]] = deque()
+        for r0 in starts:
+            pending.append(pool.submit(chunk, r0))
+            if len(pending) >= window:
+                put(*pending.popleft().result())
+        while pending:
+            put(*pending.popleft().result())
         return dst
 
     def bind(self, model: Any) -> Any:
@@ -220,12 +244,14 @@ class TorchOps(Ops):
         kc, vc = kv
         m, h, d = q.shape
         hkv = kc.shape[0]
-        if self.static is not None:  # the whole cache, masked by position: no host value in the graph
-            return self.rowwise(lambda qi, pi: self._attend(qi, kc, vc, pi, mask), q, self.static.positions)
+        st = self.static
+        if st is not None:  # the whole cache, masked by position: no host value in the graph
+            return self.rowwise(lambda qi, pi, ei: self._attend(qi, kc, vc, pi, mask, ei), q, st.positions, st.kv_end)
         pos = np.asarray(positions, np.int64)
         if not self.invariant:
             n = min(int(n_kv), kc.shape[1])
-            return self._attend(q, kc[:, :n], vc[:, :n], self.tensor(pos), mask, limit=n)
+            end = torch.full((m,), n, dtype=torch.int64, device=self.device)
+            return self._attend(q, kc[:, :n], vc[:, :n], self.tensor(pos), mask, end)
         out = self.empty((m, h, vc.shape[2]))
         for i in range(m):
             hi = min(int(pos[i]) + 1, int(n_kv))
@@ -239,19 +265,18 @@ class TorchOps(Ops):
         return out
 
     def _attend(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, pos: torch.Tensor, mask: Mask,
-                limit: int | None = None) -> torch.Tensor:
-        """Every row of q against keys 0..n-1 of kc, masked per row (causal, window; keys >= `limit` too)."""
+                end: torch.Tensor) -> torch.Tensor:
+        """Every row of q against keys 0..n-1 of kc, masked per row: keys at or after `end` (M,), after the row's
+        position, or outside its window."""
         m, h, d = q.shape
         hkv, n, _ = kc.shape
         g = h // hkv
         qh = q.reshape(m, hkv, g, d).permute(1, 2, 0, 3).reshape(hkv, g * m, d)
         s = self._cap(torch.bmm(qh, kc.transpose(1, 2)) * mask.scale, mask.softcap).view(hkv, g, m, n)
         j = torch.arange(n, device=q.device)[None, :]
-        ok = j <= pos[:, None]
+        ok = (j <= pos[:, None]) & (j < end[:, None])
         if mask.window > 0:
             ok = ok & (j > pos[:, None] - mask.window)
-        if limit is not None:
-            ok = ok & (j < limit)
         s = s.masked_fill(~ok, float("-inf"))
         p = torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0)  # a row with no key: zeros, as the C kernel
         o = torch.bmm(p.view(hkv, g * m, n), vc)
