@@ -45,3 +45,26 @@ def test_without_cuda_the_error_says_so() -> None:
 def test_in_trunk_head_is_cpu_only(device: str) -> None:
     with pytest.raises(ConfigError, match="in-trunk prediction head runs on the CPU only"):
         LocalModelConfig(QWEN35, drafter="in-trunk", device=device).validate()
+
+
+def test_the_cli_and_bench_take_a_device(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from synth import write_tiny
+
+    from cuca import LocalModel
+    from cuca.bench import add_bench_parser
+    from cuca.bench.report import options_from_args
+    from cuca.cli import main
+
+    path = write_tiny(tmp_path / "t.gguf", arch="gemma3")
+    assert main(["run", str(path), "hi", "--device", "vulkan", "--threads", "1"]) == 2
+    assert "device 'vulkan' is not available" in capsys.readouterr().err
+    sub = argparse.ArgumentParser().add_subparsers()
+    assert options_from_args(add_bench_parser(sub).parse_args(["m.gguf", "--device", "cuda:1"])).device == "cuda:1"
+    pytest.importorskip("torch")
+    rc = main(["run", str(path), "abcabc", "--device", "torch-cpu", "--max-tokens", "6", "--threads", "1"])
+    out = capsys.readouterr().out
+    lm = LocalModel.load_sync(LocalModelConfig(path, threads=1, device="torch-cpu"))
+    assert rc == 0 and out[:-1] == lm.complete_sync("abcabc", max_tokens=6).text
+    assert lm.model.ops.device.type == "cpu"

@@ -68,6 +68,7 @@ class TorchOps(Ops):
     @classmethod
     def for_device(cls, device: Device, index: int = 0, threads: int = 0) -> TorchOps:
         if device is Device.CUDA:
+            torch.cuda.set_device(index)  # graph capture and its streams use the current device
             return cls(torch.device("cuda", index), torch.bfloat16, threads)
         return cls("cpu", torch.float32, threads)
 
