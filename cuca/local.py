@@ -113,7 +113,8 @@ class LocalModel:
         self.tokenizer = Tokenizer.from_gguf(self.file)
         self.model = load_model(self.file, _ops(config))
         self.engine = Engine(self.model, self._context_length(config), config.prompt_cache)
-        self.drafter_source = (resolve_auto(DrafterSource.parse(config.drafter), self.model, self.source)
+        device = Device.locate(config.device)[0]
+        self.drafter_source = (resolve_auto(DrafterSource.parse(config.drafter), self.model, self.source, device)
                                if config.drafter is not None else None)
         self.drafter: Drafter | None = None
         if self.drafter_source is not None:

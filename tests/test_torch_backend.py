@@ -49,7 +49,7 @@ def model(name: str, backend: str = "torch") -> Any:
 
 def logits(m: Any, tokens: np.ndarray) -> np.ndarray:
     """A prefill of `tokens` (every row's logits) and one decode step after it."""
-    cache = m.make_cache(32)
+    cache = m.make_cache(96)
     n = len(tokens)
     a = m.forward(tokens, np.arange(n, dtype=np.int32), cache, "all")
     b = m.forward(np.array([3], np.int32), np.array([n], np.int32), cache)
@@ -135,6 +135,12 @@ def test_local_model_on_torch_cpu() -> None:
     assert r.draft is not None and r.draft.drafted > 0
 
 
+def test_auto_never_picks_the_cpu_only_head_on_a_torch_device() -> None:
+    lm = LocalModel.load_sync(LocalModelConfig(DIR / "qwen35-f32.gguf", drafter="auto", device="torch-cpu", threads=1,
+                                               context_length=32))
+    assert lm.drafter_source is not None and lm.drafter_source.kind == "prompt_lookup"
+
+
 def test_per_layer_table_stays_on_the_host() -> None:
     g4 = model("gemma4-f32")
     assert isinstance(g4.per_layer_token_embd.w, np.ndarray) and isinstance(g4.token_embd.w, torch.Tensor)
@@ -200,3 +206,10 @@ def test_chained_greedy_drafts_equal_step_by_step(passes: str, drafter: str) -> 
             t = int(np.argmax(logits[0]))
             want.append(t)
         assert a.draft_greedy(tok, h[-1:], len(TOKENS), cache, 4) == want
+
+
+def test_long_qwen35_prefill_takes_the_chunked_form() -> None:
+    """80 rows in one pass: the DeltaNet layers run the chunked form (torch port of gdn_chunked) on both backends."""
+    tokens = np.resize(TOKENS, 80)
+    want, got = logits(model("qwen35-f32", "c"), tokens), logits(model("qwen35-f32"), tokens)
+    assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max()

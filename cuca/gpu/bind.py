@@ -75,7 +75,7 @@ class HostModel:
         self.inner, self.ops = inner, ops
         self._runners: weakref.WeakKeyDictionary[Any, PassRunner] = weakref.WeakKeyDictionary()
         self._steps: weakref.WeakKeyDictionary[Any, StepRunner] = weakref.WeakKeyDictionary()
-        self._last: tuple[np.ndarray, Pass] | None = None  # (hidden as returned, the pass that made it)
+        self._last: tuple[np.ndarray, Pass, np.ndarray] | None = None  # (hidden as returned, its pass, arg-max)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -100,14 +100,15 @@ class HostModel:
         p = self._pass(tokens, positions, cache)
         if p is None:
             return self.ops.host(self.inner.forward_hidden(tokens, positions, cache))
-        h = self.ops.host(p.hidden)
-        self._last = (h, p)
+        both = self.ops.host(p.packed)  # hidden and arg-max in one copy: one synchronisation per pass
+        h = both[:, :-1]
+        self._last = (h, p, both[:, -1].astype(np.int64))
         return h
 
     def argmax(self, h: np.ndarray) -> np.ndarray:
         """The arg-max of each row's logits, computed on the device (only the ids are copied back)."""
         if self._last is not None and self._last[0] is h:
-            return self.ops.host(self._last[1].argmax)
+            return self._last[2]
         return self.ops.host(self.inner.head(self.ops.contiguous(h)).argmax(-1))
 
     def forward_batch(self, seqs: Sequence[SeqRows]) -> np.ndarray:

@@ -23,6 +23,22 @@ from ..models.layers import Linear
 from .ops import StaticInputs, TorchOps
 
 
+def capture(device: torch.device, body: Any, warmup: int = 2) -> tuple[Any, Any]:
+    """(CUDA graph of `body`, its outputs): `warmup` eager runs on a side stream first (allocations, lazy tables,
+    cuBLAS handles), then the capture, on `device` whatever thread calls (a LocalModel's worker)."""
+    with torch.cuda.device(device):
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                body()
+        torch.cuda.current_stream(device).wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = body()
+    return g, out
+
+
 @dataclass
 class Pass:
     """One M's static inputs and outputs (device tensors, overwritten by every run of this M)."""
@@ -33,6 +49,7 @@ class Pass:
     hidden: Any = None  # (M, n_embd) post-norm
     logits: Any = None  # (M, n_vocab)
     argmax: Any = None  # (M,) int64
+    packed: Any = None  # (M, n_embd + 1) float32: hidden | arg-max (exact below 2^24), one copy to the host
     raws: list[Any] = field(default_factory=list)  # hybrid cache: the raw conv inputs the graph writes
 
 
@@ -61,7 +78,7 @@ class PassRunner:
             if self.hybrid:
                 cache._raw[:] = p.raws  # what the captured conv step wrote, for a rollback
         else:
-            p.hidden, p.logits, p.argmax = self._body(p, tokens, positions)
+            p.hidden, p.logits, p.argmax, p.packed = self._body(p, tokens, positions)
         cache.advance(int(positions[-1]) + 1)
         return p
 
@@ -72,12 +89,13 @@ class PassRunner:
         for w in self.host_tables:  # rows of the host-resident tables, dequantized here and copied over
             p.static.host_rows[w.name].copy_(self.ops.host_rows(w, tokens))
 
-    def _body(self, p: Pass, tokens: np.ndarray, positions: np.ndarray) -> tuple[Any, Any, Any]:
+    def _body(self, p: Pass, tokens: np.ndarray, positions: np.ndarray) -> tuple[Any, Any, Any, Any]:
         self.ops.static = p.static
         try:
             h = self.model.run(Batch([SeqRows(tokens, positions, self.cache)]))
             logits = self.model.head(h)
-            return h, logits, logits.argmax(-1)
+            am = logits.argmax(-1)
+            return h, logits, am, torch.cat([h, am[:, None].float()], dim=1)
         finally:
             self.ops.static = None
 
@@ -94,16 +112,8 @@ class PassRunner:
         positions = np.arange(cache.n_ctx - m, cache.n_ctx, dtype=np.int32)
         self._fill(p, tokens, positions)
         snap = cache.snapshot() if self.hybrid else None
-        side = torch.cuda.Stream(ops.device)
-        side.wait_stream(torch.cuda.current_stream(ops.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self._body(p, tokens, positions)
-        torch.cuda.current_stream(ops.device).wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            p.hidden, p.logits, p.argmax = self._body(p, tokens, positions)
-        p.graph = g
+        p.graph, out = capture(ops.device, lambda: self._body(p, tokens, positions))
+        p.hidden, p.logits, p.argmax, p.packed = out
         if self.hybrid:
             p.raws = list(cache._raw)
             cache.restore(snap)
@@ -137,17 +147,7 @@ class StepRunner:
             self.ops.static = None
 
     def _capture(self) -> None:
-        dev = self.ops.device
-        side = torch.cuda.Stream(dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self._static_step()
-        torch.cuda.current_stream(dev).wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            self.out = self._static_step()
-        self.graph = g
+        self.graph, self.out = capture(self.ops.device, self._static_step)
 
     def draft(self, tok: int, h: Any, pos: int, n: int) -> list[int]:
         """n greedy drafts after token `tok` (at position `pos`) and the target's hidden state h (1, n_embd)."""

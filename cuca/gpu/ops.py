@@ -307,11 +307,35 @@ class TorchOps(Ops):
         return out
 
     def deltanet_chunked(self, qkv: tuple[Any, Any, Any], gates: tuple[Any, Any], state: Any, out: Any,
-                         scale: float) -> None:
-        """The recurrent form without snapshots (the same results up to rounding as the chunked one)."""
+                         scale: float, chunk: int = 64) -> None:
+        """deltanet_state.gdn_chunked on tensors, in float64: per chunk of n tokens the intra-chunk part as one
+        unit-lower-triangular solve, the state carried between chunks (no snapshots)."""
         from ..models.deltanet_state import L2_EPS
 
-        out.copy_(self.deltanet(qkv, gates, state, None, (L2_EPS, scale)))
+        q, k, v = (a.double() for a in qkv)
+        g, beta = (a.double() for a in gates)
+        q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + L2_EPS) * scale
+        k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + L2_EPS)
+        s = state.double()
+        for c0 in range(0, q.shape[0], chunk):
+            qc, kc, vc = (a[c0 : c0 + chunk].transpose(0, 1) for a in (q, k, v))  # (H, n, d)
+            gc, bc = g[c0 : c0 + chunk].T, beta[c0 : c0 + chunk].T  # (H, n)
+            n = qc.shape[1]
+            cg = torch.cumsum(gc, dim=1)
+            lower = torch.tril(torch.ones(n, n, dtype=torch.bool, device=q.device))
+            gam = torch.where(lower, torch.exp(torch.where(lower, cg[:, :, None] - cg[:, None, :], 0.0)), 0.0)
+            lmat = torch.tril(bc[:, :, None] * (kc @ kc.transpose(1, 2)) * gam, -1)
+            lmat = lmat + torch.eye(n, dtype=lmat.dtype, device=q.device)
+            eg = torch.exp(cg)[:, :, None]
+            u = torch.linalg.solve_triangular(lmat, bc[:, :, None] * vc, upper=False, unitriangular=True)
+            w = torch.linalg.solve_triangular(lmat, bc[:, :, None] * kc * eg, upper=False, unitriangular=True)
+            vp = u - w @ s
+            o = (qc * eg) @ s + ((qc @ kc.transpose(1, 2)) * gam) @ vp
+            out[c0 : c0 + n] = o.transpose(0, 1).float()
+            last = cg[:, -1]
+            kd = kc * torch.exp(last[:, None] - cg)[:, :, None]  # each key decayed to the chunk's end
+            s = torch.exp(last)[:, None, None] * s + kd.transpose(1, 2) @ vp
+        state.copy_(s.float())
 
     def top_groups(self, scores: Any, k: int, groups: Any) -> Any:
         top = torch.topk(scores, k, dim=1).indices

@@ -27,12 +27,13 @@ def check_device(ds: DrafterSource, device: Device) -> None:
                           f"backend), not on device {device.value!r}")
 
 
-def resolve_auto(ds: DrafterSource, target: Any, source: ModelSource | None = None) -> DrafterSource:
-    """`ds` itself unless it is "auto"; then the target's in-trunk head if it has one, else the paired drafter of its
-    preset (`source` a preset, or a path whose file name is a preset's), else prompt lookup."""
+def resolve_auto(ds: DrafterSource, target: Any, source: ModelSource | None = None,
+                 device: Device = Device.CPU) -> DrafterSource:
+    """`ds` itself unless it is "auto"; then the target's in-trunk head if it has one (on the CPU only), else the
+    paired drafter of its preset (`source` a preset, or a path whose file name is a preset's), else prompt lookup."""
     if ds.kind != "auto":
         return ds
-    if getattr(target, "mtp", None) is not None:
+    if getattr(target, "mtp", None) is not None and device is Device.CPU:
         return DrafterSource.IN_TRUNK
     name = None
     if source is not None and source.kind == "preset":
