@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import real_model_path
-from helpers import plain, same_cache, spec
+from helpers import Cycle, plain, same_cache, scripted, spec
 
 torch = pytest.importorskip("torch")
 
@@ -25,6 +25,7 @@ from cuca import DrafterSource, LocalModel, LocalModelConfig  # noqa: E402
 from cuca.gguf import open_gguf  # noqa: E402
 from cuca.gpu.ops import TorchOps  # noqa: E402
 from cuca.models import load_model  # noqa: E402
+from cuca.models.deltanet_state import HybridCache  # noqa: E402
 from cuca.models.gemma4_assistant import load_assistant  # noqa: E402
 from cuca.models.layers import Ops  # noqa: E402
 from cuca.speculative.drafters.assistant import AssistantDrafter  # noqa: E402
@@ -213,3 +214,79 @@ def test_long_qwen35_prefill_takes_the_chunked_form() -> None:
     tokens = np.resize(TOKENS, 80)
     want, got = logits(model("qwen35-f32", "c"), tokens), logits(model("qwen35-f32"), tokens)
     assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max()
+
+
+class _FakeGraph:
+    """A stand-in for torch.cuda.CUDAGraph on CPU tensors: replay reruns the captured body and writes its results
+    into the tensors the capture returned, as a real replay rewrites them; what the body's Python did to the hybrid
+    cache's raw-input references (`keep_raw`, which a real replay would not run) is undone after it."""
+
+    replaying = False
+    touched: dict[int, tuple[Any, list[Any]]] = {}  # id(cache) -> (cache, its raw inputs before the replay)
+
+    def __init__(self, body: Any, out: Any):
+        self.body, self.out = body, out
+
+    def replay(self) -> None:
+        _FakeGraph.replaying, _FakeGraph.touched = True, {}
+        try:
+            self._replay()
+        finally:
+            _FakeGraph.replaying = False
+            for cache, old in _FakeGraph.touched.values():
+                cache._raw[:] = old
+
+    @staticmethod
+    def keep_raw(cache: Any, li: int, x: Any, orig: Any) -> None:
+        if _FakeGraph.replaying and id(cache) not in _FakeGraph.touched:
+            _FakeGraph.touched[id(cache)] = (cache, list(cache._raw))
+        orig(cache, li, x)
+
+    def _replay(self) -> None:
+        def put(dst: Any, src: Any) -> None:
+            if isinstance(dst, (tuple, list)):
+                for d, s in zip(dst, src, strict=True):
+                    put(d, s)
+            else:
+                dst.copy_(src)
+
+        put(self.out, self.body())
+
+
+@pytest.mark.parametrize("name", ["qwen35-f32", "gemma4-f32"])
+def test_graph_mode_bookkeeping_on_cpu(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """passes="graph" with captures faked on CPU: the capture's dummy rows and restored recurrent state, the hybrid
+    cache's rollback inputs taken from the graph's outputs, the assistant's chained step: plain and speculative
+    greedy output as the eager backend's."""
+    import cuca.gpu.graphs as graphs
+
+    def fake_capture(device: Any, body: Any, warmup: int = 2) -> tuple[Any, Any]:
+        for _ in range(warmup):
+            body()
+        out = body()
+        return _FakeGraph(body, out), out
+
+    monkeypatch.setattr(graphs, "capture", fake_capture)
+    keep_raw = HybridCache.keep_raw
+    monkeypatch.setattr(HybridCache, "keep_raw", lambda self, li, x: _FakeGraph.keep_raw(self, li, x, keep_raw))
+    ops = TorchOps(threads=1, passes="static")
+    ops.passes, ops.pass_rows = "graph", 7
+    m = load_model(open_gguf(DIR / f"{name}.gguf"), ops)
+    want, _, _ = plain(model(name), PROMPTS[1], 12, 64)
+    got, geng, _ = plain(m, PROMPTS[1], 12, 64)
+    assert got == want
+    if name == "gemma4-f32":
+        a = load_assistant(open_gguf(DIR / "assistant-f32.gguf"), ops, m, requantize=False)
+        pair: Any = (m, lambda eng: AssistantDrafter(a, eng.cache))
+    else:
+        dops = TorchOps(threads=1, passes="static")
+        dops.passes, dops.pass_rows = "graph", 7
+        d = load_model(open_gguf(DIR / "qwen35-q8_0.gguf"), dops)
+        pair = (m, lambda eng: DraftModelDrafter(d, eng.cache.n_ctx, m.n_vocab))
+    # every third draft wrong (rollbacks of every depth); the cycle interleaves passes of every size after capture
+    future = [t if i % 3 else (t + 1) % 256 for i, t in enumerate(want[1:])]
+    for k in (1, 4, Cycle([2, 1, 3, 0])):
+        for p in (pair, scripted(pair, future, len(PROMPTS[1]) + 1)):
+            out, seng, _, stats = spec(p, PROMPTS[1], 12, k, 64)
+            assert out == want and same_cache(geng, seng) and stats.drafted > 0
+    assert all(p.graph is not None for r in m._runners.values() for p in r.passes.values())

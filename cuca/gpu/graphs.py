@@ -78,7 +78,7 @@ class PassRunner:
             if self.hybrid:
                 cache._raw[:] = p.raws  # what the captured conv step wrote, for a rollback
         else:
-            p.hidden, p.logits, p.argmax, p.packed = self._body(p, tokens, positions)
+            p.hidden, p.logits, p.argmax, p.packed, p.raws = self._body(p, tokens, positions)
         cache.advance(int(positions[-1]) + 1)
         return p
 
@@ -89,13 +89,15 @@ class PassRunner:
         for w in self.host_tables:  # rows of the host-resident tables, dequantized here and copied over
             p.static.host_rows[w.name].copy_(self.ops.host_rows(w, tokens))
 
-    def _body(self, p: Pass, tokens: np.ndarray, positions: np.ndarray) -> tuple[Any, Any, Any, Any]:
+    def _body(self, p: Pass, tokens: np.ndarray, positions: np.ndarray) -> tuple[Any, Any, Any, Any, list[Any]]:
+        """The pass: (hidden, logits, arg-max, hidden | arg-max, the hybrid cache's raw conv inputs)."""
         self.ops.static = p.static
         try:
             h = self.model.run(Batch([SeqRows(tokens, positions, self.cache)]))
             logits = self.model.head(h)
             am = logits.argmax(-1)
-            return h, logits, am, torch.cat([h, am[:, None].float()], dim=1)
+            raws = list(self.cache._raw) if self.hybrid else []
+            return h, logits, am, torch.cat([h, am[:, None].float()], dim=1), raws
         finally:
             self.ops.static = None
 
@@ -113,9 +115,8 @@ class PassRunner:
         self._fill(p, tokens, positions)
         snap = cache.snapshot() if self.hybrid else None
         p.graph, out = capture(ops.device, lambda: self._body(p, tokens, positions))
-        p.hidden, p.logits, p.argmax, p.packed = out
+        p.hidden, p.logits, p.argmax, p.packed, p.raws = out
         if self.hybrid:
-            p.raws = list(cache._raw)
             cache.restore(snap)
         return p
 
