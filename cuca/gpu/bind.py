@@ -78,6 +78,8 @@ class HostModel:
         self._last: tuple[np.ndarray, Pass, np.ndarray] | None = None  # (hidden as returned, its pass, arg-max)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def _pass(self, tokens: np.ndarray, positions: np.ndarray, cache: Any) -> Pass | None:
