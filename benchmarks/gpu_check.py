@@ -19,6 +19,14 @@ pair reports:
 Targets on an H200 (reported as met / not met, never asserted): Gemma 4 E2B plain >= 200 tokens/s; speculative at the
 published acceptance >= 1.3x plain; the governor >= 0.98x plain with a drafter that is never right.
 Figures go to stdout as text and to --json (default FOLDER/gpu_check.json).
+
+On the project's lent H200 (its image has torch, numpy, tokenizers, jinja2, huggingface_hub, tqdm, pyyaml and
+requests, not gguf; the C extension is not needed: the torch backend does not call it): here, in the checkout,
+`echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12
+--implementation cp --platform manylinux2014_x86_64 -d .whl gguf==0.19.0`, then one run carrying ".whl" with
+`python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+PYTHONUNBUFFERED=1 && python3 benchmarks/gpu_check.py --folder /tmp/g --json $OUT/gpu_check.json 2>&1 | tee
+$OUT/log` (timeout about 540 s; `--only gemma4` or `--only qwen35` halves a rerun).
 """
 
 from __future__ import annotations
