@@ -155,6 +155,7 @@ def check_pair(arch: str, files: tuple[Path, Path], a: argparse.Namespace) -> di
         "greedy_identity": {"real_drafter": real["exact"], "controlled_governed": gov["exact"],
                             "controlled_every_round": every["exact"]},
         "peak_gpu_bytes": gpu_memory(a.device),
+        "graph_errors": list(ops.graph_errors),  # captures that failed: those passes ran eagerly
     })
     b.close()
     gc.collect()
@@ -197,7 +198,8 @@ def table(res: list[dict[str, Any]]) -> str:
                  "  verify pass / M=1: " + "  ".join(f"M={m}: {v}" for m, v in pc.items())
                  + f"  (M=1: {r['pass_cost']['ms'][1]} ms)",
                  f"  greedy speculative == plain: {r['greedy_identity']}",
-                 f"  peak GPU memory: {r['peak_gpu_bytes'] and round(r['peak_gpu_bytes'] / 2**30, 2)} GiB"]
+                 f"  peak GPU memory: {r['peak_gpu_bytes'] and round(r['peak_gpu_bytes'] / 2**30, 2)} GiB",
+                 f"  failed graph captures: {r['graph_errors'] or 'none'}"]
     return "\n".join(rows + verdicts(res))
 
 

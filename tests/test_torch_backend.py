@@ -290,3 +290,19 @@ def test_graph_mode_bookkeeping_on_cpu(monkeypatch: pytest.MonkeyPatch, name: st
             out, seng, _, stats = spec(p, PROMPTS[1], 12, k, 64)
             assert out == want and same_cache(geng, seng) and stats.drafted > 0
     assert all(p.graph is not None for r in m._runners.values() for p in r.passes.values())
+
+
+def test_a_failed_capture_falls_back_to_static_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cuca.gpu.graphs as graphs
+
+    def failing(device: Any, body: Any, warmup: int = 2) -> tuple[Any, Any]:
+        body()  # the warm-up ran, then the capture failed
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(graphs, "capture", failing)
+    ops = TorchOps(threads=1, passes="static")
+    ops.passes, ops.pass_rows = "graph", 7
+    m = load_model(open_gguf(DIR / "qwen35-f32.gguf"), ops)
+    want, weng, _ = plain(model("qwen35-f32"), PROMPTS[1], 8, 64)
+    got, geng, _ = plain(m, PROMPTS[1], 8, 64)
+    assert got == want and ops.graph_errors and "not permitted" in ops.graph_errors[0]

@@ -114,10 +114,15 @@ class PassRunner:
         positions = np.arange(cache.n_ctx - m, cache.n_ctx, dtype=np.int32)
         self._fill(p, tokens, positions)
         snap = cache.snapshot() if self.hybrid else None
-        p.graph, out = capture(ops.device, lambda: self._body(p, tokens, positions))
-        p.hidden, p.logits, p.argmax, p.packed, p.raws = out
-        if self.hybrid:
-            cache.restore(snap)
+        try:
+            p.graph, out = capture(ops.device, lambda: self._body(p, tokens, positions))
+            p.hidden, p.logits, p.argmax, p.packed, p.raws = out
+        except RuntimeError as e:  # not capturable here: this M runs eagerly through the same buffers
+            ops.graph_errors.append(f"pass of {m} rows: {e}")
+            p.graph = None
+        finally:
+            if self.hybrid:
+                cache.restore(snap)
         return p
 
 
@@ -148,7 +153,10 @@ class StepRunner:
             self.ops.static = None
 
     def _capture(self) -> None:
-        self.graph, self.out = capture(self.ops.device, self._static_step)
+        try:
+            self.graph, self.out = capture(self.ops.device, self._static_step)
+        except RuntimeError as e:  # not capturable here: the steps run eagerly
+            self.ops.graph_errors.append(f"drafter step: {e}")
 
     def draft(self, tok: int, h: Any, pos: int, n: int) -> list[int]:
         """n greedy drafts after token `tok` (at position `pos`) and the target's hidden state h (1, n_embd)."""

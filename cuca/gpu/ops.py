@@ -57,6 +57,7 @@ class TorchOps(Ops):
         if self.passes not in ("graph", "static", "eager") or (self.passes == "graph" and self.device.type != "cuda"):
             raise ValueError(f"passes must be 'graph' (CUDA only), 'static' or 'eager', got {self.passes!r}")
         self.pass_rows = 0  # the most rows a static pass takes (LocalModel: draft_tokens + 1); 0: none
+        self.graph_errors: list[str] = []  # captures that failed (those passes then run eagerly): gpu_check shows them
         self.wdtype = wdtype
         self.invariant = self.device.type == "cpu" if invariant is None else invariant
         self.host_tables = frozenset({"per_layer_token_embd.weight"})  # Gemma 4's PLE table: rows gathered on host
