@@ -87,9 +87,10 @@ def prefill_rows(model: Model, cache: Cache, prompt: Sequence[int]) -> Iterator[
 
 
 def greedy_rows(model: Model, h: np.ndarray) -> list[int]:
-    """Each row's arg-max token after hidden states h (M, n_embd): on the model's device when it offers `argmax`
-    (a GPU model: only the ids come back), else from its logits."""
-    fn = getattr(model, "argmax", None)
+    """Each row's arg-max token after hidden states h (M, n_embd): on the model's device when its class offers
+    `argmax` (a device model: only the ids come back), else from its logits (a wrapper that forwards attributes,
+    such as a batcher's lane, keeps its own `head`)."""
+    fn = getattr(model, "argmax", None) if hasattr(type(model), "argmax") else None
     if fn is not None:
         return [int(t) for t in fn(h)]
     return [greedy_token(row) for row in model.head(h)]

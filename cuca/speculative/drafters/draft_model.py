@@ -100,7 +100,7 @@ class DraftModelDrafter:
 
     def _on_device(self) -> bool:
         """Greedy on a device model (`argmax`: only ids come back) whose ids the target can all score."""
-        return self.params.greedy and hasattr(self.model, "argmax") and int(self.model.n_vocab) <= self.n_vocab
+        return self.params.greedy and hasattr(type(self.model), "argmax") and int(self.model.n_vocab) <= self.n_vocab
 
     def _aligned(self, logits: np.ndarray) -> np.ndarray:
         """The draft logits over the target's ids: cut, or padded with -inf."""
