@@ -41,8 +41,10 @@ class LocalModelConfig:
     """What to load and how. Drafting is off unless `drafter` is set (a DrafterSource, or a ModelSource / string
     naming a drafter file) and `draft_tokens` is the most drafts per round (the governor picks 0..draft_tokens
     per round); `threads` 0 uses every core; `context_length` 0 uses min(4096, trained length), and a
-    length past the trained one needs `allow_long_context=True`; `device` a Device or its name (only "cpu" in this
-    build); `parallel` the requests served at once (continuous batching; each has its own cache slot)."""
+    length past the trained one needs `allow_long_context=True`; `device` a Device or its name: "cpu" (the C
+    backend), "cuda" / "cuda:N" (a CUDA GPU through PyTorch, `pip install "cuca[gpu]"`) or "torch-cpu" (the PyTorch
+    backend on CPU tensors: tests and checks without a GPU); `parallel` the requests served at once (continuous
+    batching; each has its own cache slot)."""
 
     source: ModelSource | str | os.PathLike[str] = "gemma3-270m-q4_k_m"
     drafter: DrafterSource | ModelSource | str | None = None
@@ -76,10 +78,10 @@ class LocalModelConfig:
             raise ConfigError(f"prompt_cache must be True or False, got {self.prompt_cache!r}")
         if not isinstance(self.allow_long_context, bool):
             raise ConfigError(f"allow_long_context must be True or False, got {self.allow_long_context!r}")
-        device = Device.parse(self.device)
+        device, index = Device.locate(self.device)
         if self.drafter is not None:
             check_device(DrafterSource.parse(self.drafter), device)
-        device.check_available()
+        device.check_available(index)
 
 
 @dataclass
@@ -117,9 +119,10 @@ class LocalModel:
         self.path = self.source.resolve()
         self.file = open_gguf(self.path)
         self.tokenizer = Tokenizer.from_gguf(self.file)
-        self.model = load_model(self.file, Ops(config.threads or (os.cpu_count() or 1)))
+        self.model = load_model(self.file, _ops(config))
         self.engine = Engine(self.model, self._context_length(config), config.prompt_cache)
-        self.drafter_source = (resolve_auto(DrafterSource.parse(config.drafter), self.model, self.source)
+        device = Device.locate(config.device)[0]
+        self.drafter_source = (resolve_auto(DrafterSource.parse(config.drafter), self.model, self.source, device)
                                if config.drafter is not None else None)
         self.drafter: Drafter | None = None
         if self.drafter_source is not None:
@@ -184,7 +187,8 @@ class LocalModel:
         one, two = self.model.make_cache(1).nbytes, self.model.make_cache(2).nbytes
         n = self.config.parallel
         need = (one + (two - one) * (n_ctx - 1) + drafter_bytes) * n
-        avail = available_memory()
+        dev = self.model.ops.available_memory()  # a GPU's free memory, when the caches live there
+        avail = available_memory() if dev is None else dev
         if avail is not None and need > avail:
             slots = f" for {n} parallel slots" if n > 1 else ""
             raise ConfigError(
@@ -406,6 +410,18 @@ def _with_gen(kw: dict[str, Any]) -> tuple[Generation, dict[str, Any]]:
 
 def _as_reply(text: str, gen: Generation) -> Reply:
     return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings, gen.draft)
+
+
+def _ops(config: LocalModelConfig) -> Ops:
+    """The backend of the config's device: the C kernels, or the PyTorch backend (cuca.gpu)."""
+    device, index = Device.locate(config.device)
+    if device is Device.CPU:
+        return Ops(config.threads or (os.cpu_count() or 1))
+    from .gpu import make_ops
+
+    ops = make_ops(device, index, config.threads)
+    ops.pass_rows = config.draft_tokens + 1  # passes of up to this many rows are captured (a round's verify pass)
+    return ops
 
 
 def available_memory() -> int | None:

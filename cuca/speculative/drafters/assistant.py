@@ -47,6 +47,9 @@ class AssistantDrafter:
         pos = self.pos
         if self.cache.n != pos:
             raise RuntimeError(f"drafter out of step: target cache holds {self.cache.n} positions, expected {pos}")
+        chain = getattr(self.assistant, "draft_greedy", None)
+        if self.params.greedy and chain is not None:  # a device model chains the steps there: one copy back
+            return Proposal(chain(self.tok, self.h, pos, self.cache, n), None)
         tok, h, tokens, qs = self.tok, self.h, [], []
         for _ in range(n):
             logits, h = self.assistant.step(np.array([tok], np.int32), h, pos, self.cache)
