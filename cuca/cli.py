@@ -103,7 +103,7 @@ def _load(a: argparse.Namespace) -> LocalModel:
     return LocalModel.load_sync(
         LocalModelConfig(
             a.model, drafter=drafter, draft_tokens=a.draft_tokens, context_length=a.context_length, threads=a.threads,
-            allow_long_context=a.allow_long_context, device=a.device,
+            allow_long_context=a.allow_long_context, device=a.device, parallel=getattr(a, "parallel", 1),
         )
     )
 

@@ -24,6 +24,10 @@ class AssistantDrafter:
         self.h: np.ndarray | None = None  # (1, n_embd) the target's hidden state of the last committed row
         self.tok, self.pos = -1, -1  # the token that follows it, and that token's position
 
+    def for_cache(self, cache: Any) -> AssistantDrafter:
+        """Another instance on another target cache (a batcher's lane), sharing the drafter's weights."""
+        return AssistantDrafter(self.assistant, cache)
+
     def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None:
         self.params, self.rng, self.h = params, rng, None
 

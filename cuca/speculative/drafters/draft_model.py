@@ -44,6 +44,10 @@ class DraftModelDrafter:
         self._logits: np.ndarray | int | None = None
         self._snap: Any = None  # bounded caches: the state after the last catch-up (cached == history then)
 
+    def for_cache(self, cache: Any) -> DraftModelDrafter:
+        """Another instance (its own cache) sharing the draft model, for another target cache: a batcher's lane."""
+        return DraftModelDrafter(self.model, cache.n_ctx, self.n_vocab)
+
     def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None:
         self.cache.reset()
         self.params, self.rng = params, rng
