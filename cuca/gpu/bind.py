@@ -52,7 +52,8 @@ def _upload(obj: Any, ops: TorchOps, seen: set[int], pool: Executor) -> None:
 def _convert(v: Any, ops: TorchOps, seen: set[int], pool: Executor) -> Any:
     if isinstance(v, Linear):
         if id(v) not in seen and not isinstance(v.w, torch.Tensor) and v.name not in ops.host_tables:
-            v.w = ops.upload_weight(v.w, v.wtype, (v.n_out, v.n_in), pool)  # type: ignore[assignment]
+            # a torch.Tensor where numpy is declared (the ignore is unused when torch is absent)
+            v.w = ops.upload_weight(v.w, v.wtype, (v.n_out, v.n_in), pool)  # type: ignore[assignment, unused-ignore]
         seen.add(id(v))
         return v
     if isinstance(v, np.ndarray):
