@@ -1,12 +1,13 @@
-"""bench_serve: `cuca serve` beside a native llama-server (`--parallel 1`, the performance issue's peer build) on the
-same GGUF file and thread count, in one run: 1, 4 and 16 concurrent streaming clients asking for 64-token chat
-replies (greedy); requests/s and tokens/s (medians over the rounds), p50/p95 time to first token (over every
-request). The servers take turns at each level, the first one alternating. Before that the
-prompt cache: time to first token of turn 3 of a chat with and without it (in-process LocalModel, interleaved,
-medians) and the rows each prefilled.
+"""bench_serve: `cuca serve` without batching (--parallel 1), with continuous batching (--parallel P) and a native
+llama-server --parallel P (continuous batching on; the performance issue's peer build) on the same GGUF file and
+thread count, in one run: 1, 2, 4, 8 and 16 concurrent streaming clients asking for 64-token chat replies (greedy);
+aggregate tokens/s and requests/s (medians over the rounds), p50/p95 time to first token and inter-token latency
+(the gaps between streamed pieces, over every request). The servers take turns at each level, the order rotating.
+Optionally first (--turn3-reps N) the prompt cache: time to first token of turn 3 of a chat with and without it
+(in-process LocalModel, interleaved, medians) and the rows each prefilled.
 
-    python benchmarks/bench_serve.py                          # SmolLM2-135M, 2 threads, 1 4 16 clients
-    python benchmarks/bench_serve.py --model gemma3-270m-q4_k_m --json out.json
+    python benchmarks/bench_serve.py                          # SmolLM2-135M, 2 threads, 1 2 4 8 16 clients
+    python benchmarks/bench_serve.py --model gemma3-270m-q4_k_m /work/bench/qwen35-0.8b-synth-q8_0.gguf --json o.json
 """
 
 from __future__ import annotations
@@ -42,12 +43,12 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-async def one(c: httpx.AsyncClient, model: str, topic: str, max_tokens: int) -> tuple[float, int]:
-    """One streaming chat request: (seconds to the first text piece, completion tokens)."""
+async def one(c: httpx.AsyncClient, model: str, topic: str, max_tokens: int) -> tuple[float, int, list[float]]:
+    """One streaming chat request: (seconds to the first text piece, completion tokens, seconds between pieces)."""
     body = {"model": model, "messages": [{"role": "user", "content": f"Write a long story about {topic}."}],
             "max_tokens": max_tokens, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
     t0 = time.perf_counter()
-    first, pieces, usage = None, 0, None
+    first, pieces, usage, stamps = None, 0, None, []
     async with c.stream("POST", "/v1/chat/completions", json=body) as r:
         if r.status_code != 200:
             raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
@@ -60,22 +61,26 @@ async def one(c: httpx.AsyncClient, model: str, topic: str, max_tokens: int) -> 
             for ch in ev.get("choices") or []:
                 if (ch.get("delta") or {}).get("content"):
                     pieces += 1
-                    first = first if first is not None else time.perf_counter() - t0
+                    stamps.append(time.perf_counter())
+                    first = first if first is not None else stamps[-1] - t0
     n = int(usage["completion_tokens"]) if usage else pieces
-    return (first if first is not None else time.perf_counter() - t0), n
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    return (first if first is not None else time.perf_counter() - t0), n, gaps
 
 
 async def level(url: str, model: str, clients: int, n_requests: int, max_tokens: int) -> dict[str, Any]:
     todo = list(range(n_requests))
     ttft: list[float] = []
+    itl: list[float] = []
     tokens = 0
 
     async def client(c: httpx.AsyncClient) -> None:
         nonlocal tokens
         while todo:
             i = todo.pop(0)
-            t, n = await one(c, model, TOPICS[i % len(TOPICS)], max_tokens)
+            t, n, gaps = await one(c, model, TOPICS[i % len(TOPICS)], max_tokens)
             ttft.append(t)
+            itl.extend(gaps)
             tokens += n
 
     t0 = time.perf_counter()
@@ -85,20 +90,22 @@ async def level(url: str, model: str, clients: int, n_requests: int, max_tokens:
         await asyncio.gather(*(client(c) for _ in range(clients)))
     wall = time.perf_counter() - t0
     return {"clients": clients, "requests": n_requests, "seconds": wall, "requests_per_s": n_requests / wall,
-            "tokens": tokens, "tokens_per_s": tokens / wall, "ttft_s": ttft}
+            "tokens": tokens, "tokens_per_s": tokens / wall, "ttft_s": ttft, "itl_s": itl}
 
 
 class LlamaServer:
-    """A native llama-server with one slot on the same file and threads (started, waited for, stopped)."""
+    """A native llama-server with `parallel` slots (continuous batching on, its default) on the same file and
+    threads, each slot with `n_ctx` positions (started, waited for, stopped)."""
 
-    def __init__(self, path: Path, threads: int, n_ctx: int):
+    def __init__(self, path: Path, threads: int, n_ctx: int, parallel: int = 1, extra: tuple[str, ...] = ()):
         b = peer_bin()
         if b is None:
             raise SystemExit("no llama.cpp peer build: run benchmarks/peer/build_llamacpp.sh (or --no-llama)")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [str(b / "llama-server"), "-m", str(path), "--host", "127.0.0.1", "--port", str(self.port),
-               "-t", str(threads), "--parallel", "1", "-c", str(n_ctx), "--log-disable"]
+               "-t", str(threads), "-tb", str(threads), "--parallel", str(parallel), "-c", str(n_ctx * parallel),
+               "--cont-batching", "--log-disable", *extra]
         self.cmd = " ".join(cmd)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 120
@@ -155,53 +162,78 @@ def turn3_ttft(path: Path, threads: int, reps: int, max_tokens: int) -> dict[str
             "identical_output": w.tokens == c.tokens}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2-135m-instruct-q4_1")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--min-requests", type=int, default=8, help="requests per level at least (default 8)")
-    ap.add_argument("--reps", type=int, default=5, help="turn-3 samples each way (default 5)")
-    ap.add_argument("--rounds", type=int, default=2, help="runs of each level per server, interleaved (default 2)")
-    ap.add_argument("--no-llama", action="store_true")
-    ap.add_argument("--json", default=None)
-    a = ap.parse_args()
-    path = ModelSource.parse(a.model).resolve()
-    res: dict[str, Any] = {"model": str(path), "threads": a.threads, "max_tokens": a.max_tokens, "levels": [],
-                           "load_before": os.getloadavg()}
-    print(f"machine load (1/5/15 min) before: {res['load_before']}", flush=True)
-    res["turn3"] = turn3_ttft(path, a.threads, a.reps, 16)
-    t = res["turn3"]
-    print(f"turn 3 TTFT: {t['ttft_ms_with_cache']:.1f} ms with the prompt cache ({t['prefilled_with']} of "
-          f"{t['prompt_tokens']} rows prefilled), {t['ttft_ms_without_cache']:.1f} ms without "
-          f"({t['prefilled_without']}); identical output: {t['identical_output']}", flush=True)
-    llama = None if a.no_llama else LlamaServer(path, a.threads, 4096)
+def summary(name: str, clients: int, rs: list[dict[str, Any]]) -> dict[str, Any]:
+    ttft = [t for x in rs for t in x["ttft_s"]]
+    itl = [t for x in rs for t in x["itl_s"]] or [0.0]
+    return {"server": name, "clients": clients, "requests": rs[0]["requests"], "rounds": rs,
+            "requests_per_s": statistics.median(x["requests_per_s"] for x in rs),
+            "tokens_per_s": statistics.median(x["tokens_per_s"] for x in rs),
+            "ttft_p50_ms": pct(ttft, 0.5) * 1e3, "ttft_p95_ms": pct(ttft, 0.95) * 1e3,
+            "itl_p50_ms": pct(itl, 0.5) * 1e3, "itl_p95_ms": pct(itl, 0.95) * 1e3}
+
+
+def one_model(a: argparse.Namespace, model: str) -> dict[str, Any]:
+    """Every level on every server for one model file: cuca without batching (--parallel 1), cuca with it
+    (--parallel P), llama-server --parallel P; the servers take turns at each level, the order rotating."""
+    path = ModelSource.parse(model).resolve()
+    res: dict[str, Any] = {"model": str(path), "levels": []}
+    if a.turn3_reps > 0:
+        res["turn3"] = turn3_ttft(path, a.threads, a.turn3_reps, 16)
+        t = res["turn3"]
+        print(f"turn 3 TTFT: {t['ttft_ms_with_cache']:.1f} ms with the prompt cache ({t['prefilled_with']} of "
+              f"{t['prompt_tokens']} rows prefilled), {t['ttft_ms_without_cache']:.1f} ms without "
+              f"({t['prefilled_without']}); identical output: {t['identical_output']}", flush=True)
+    par = a.parallel or max(a.clients)
+    common = ("--threads", str(a.threads), "--name", "m", "--context-length", str(a.context_length))
+    llama = None if a.no_llama else LlamaServer(path, a.threads, a.context_length, par, tuple(a.llama_args.split()))
     res["llama_cmd"] = llama.cmd if llama else None
     try:
-        with serving(path, "--threads", str(a.threads), "--name", "m") as url:
-            servers = [("cuca", url)] + ([("llama-server", llama.url)] if llama else [])
+        with serving(path, *common, "--parallel", "1") as plain_url, \
+                serving(path, *common, "--parallel", str(par)) as batch_url:
+            servers = [("cuca", plain_url), (f"cuca-batch{par}", batch_url)]
+            servers += [(f"llama-server-p{par}", llama.url)] if llama else []
             for i, clients in enumerate(a.clients):
                 n = max(clients, a.min_requests)
                 runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in servers}
-                for r in range(a.rounds):  # the servers take turns, the first one alternating
-                    for name, u in (servers if (i + r) % 2 == 0 else servers[::-1]):
+                for r in range(a.rounds):  # the servers take turns, the order rotating
+                    k = (i + r) % len(servers)
+                    for name, u in servers[k:] + servers[:k]:
                         runs[name].append(asyncio.run(level(u, "m", clients, n, a.max_tokens)))
                 for name, rs in runs.items():
-                    ttft = [t for x in rs for t in x["ttft_s"]]
-                    row = {"server": name, "clients": clients, "requests": n, "rounds": rs,
-                           "requests_per_s": statistics.median(x["requests_per_s"] for x in rs),
-                           "tokens_per_s": statistics.median(x["tokens_per_s"] for x in rs),
-                           "ttft_p50_ms": pct(ttft, 0.5) * 1e3, "ttft_p95_ms": pct(ttft, 0.95) * 1e3}
+                    row = summary(name, clients, rs)
                     res["levels"].append(row)
-                    print(f"{name:<13} {clients:>3} clients {n:>3} requests x {a.rounds}: {row['requests_per_s']:.2f} "
-                          f"req/s {row['tokens_per_s']:.1f} tok/s (medians) TTFT p50 {row['ttft_p50_ms']:.0f} ms "
-                          f"p95 {row['ttft_p95_ms']:.0f} ms", flush=True)
+                    print(f"{name:<16} {clients:>3} clients {n:>3} requests x {a.rounds}: {row['tokens_per_s']:6.1f} "
+                          f"tok/s (median) TTFT p50 {row['ttft_p50_ms']:6.0f} p95 {row['ttft_p95_ms']:6.0f} ms, "
+                          f"ITL p50 {row['itl_p50_ms']:5.1f} p95 {row['itl_p95_ms']:6.1f} ms", flush=True)
     finally:
         if llama:
             llama.close()
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", nargs="+", default=["smollm2-135m-instruct-q4_1"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--clients", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--parallel", type=int, default=0, help="slots of the batching servers (default: most clients)")
+    ap.add_argument("--context-length", type=int, default=1024, help="positions per slot (default 1024)")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--min-requests", type=int, default=8, help="requests per level at least (default 8)")
+    ap.add_argument("--turn3-reps", type=int, default=0, help="turn-3 prompt-cache samples each way (default 0: skip)")
+    ap.add_argument("--rounds", type=int, default=2, help="runs of each level per server, interleaved (default 2)")
+    ap.add_argument("--no-llama", action="store_true")
+    ap.add_argument("--llama-args", default="", help="more llama-server options, e.g. '--poll 0'")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    res: dict[str, Any] = {"threads": a.threads, "max_tokens": a.max_tokens, "models": [],
+                           "load_before": os.getloadavg()}
+    print(f"machine load (1/5/15 min) before: {res['load_before']}", flush=True)
+    for model in a.model:
+        print(f"== {model}", flush=True)
+        res["models"].append(one_model(a, model))
+        print(f"machine load (1/5/15 min) now: {os.getloadavg()}", flush=True)
     res["load_after"] = os.getloadavg()
-    print(f"machine load (1/5/15 min) after: {res['load_after']}", flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
 

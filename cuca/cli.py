@@ -29,6 +29,9 @@ DRAFTER_HELP = (
     "hf:..., URL or path); default: none"
 )
 
+DEVICE_HELP = ("cpu (the C kernels, default), cuda or cuda:N (a CUDA GPU through PyTorch: pip install \"cuca[gpu]\"), "
+               "or torch-cpu (the PyTorch backend on CPU tensors)")
+
 
 def _add_model(p: argparse.ArgumentParser, drafting: bool = True) -> None:
     p.add_argument("model", help="a preset name, hf:owner/repo/file.gguf[@revision], an https URL, or a GGUF path")
@@ -36,6 +39,7 @@ def _add_model(p: argparse.ArgumentParser, drafting: bool = True) -> None:
         p.add_argument("--drafter", default=None, help=DRAFTER_HELP)
         p.add_argument("--draft-tokens", type=int, default=3, help="most drafts per round (default 3)")
     p.add_argument("--threads", type=int, default=0, help="worker threads (default 0: every core)")
+    p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument("--context-length", type=int, default=0, help="context window (default: min(4096, trained))")
     p.add_argument("--allow-long-context", action="store_true",
                    help="allow a --context-length past the model's trained length")
@@ -99,7 +103,7 @@ def _load(a: argparse.Namespace) -> LocalModel:
     return LocalModel.load_sync(
         LocalModelConfig(
             a.model, drafter=drafter, draft_tokens=a.draft_tokens, context_length=a.context_length, threads=a.threads,
-            allow_long_context=a.allow_long_context,
+            allow_long_context=a.allow_long_context, device=a.device, parallel=getattr(a, "parallel", 1),
         )
     )
 

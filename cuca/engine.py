@@ -15,7 +15,7 @@ from .errors import ConfigError, ContextLengthError
 from .models import Model
 from .models.cache import Cache
 from .prompt_cache import PromptCache
-from .sampling import SamplingParams, is_int, next_token
+from .sampling import SamplingParams, greedy_token, is_int, next_token
 
 if TYPE_CHECKING:  # the speculative package imports prefill_rows from here
     from .speculative.decoder import SpeculativeDecoder
@@ -84,6 +84,16 @@ def prefill_rows(model: Model, cache: Cache, prompt: Sequence[int]) -> Iterator[
         pos = np.arange(s, e, dtype=np.int32)
         yield pos, model.forward_hidden(ids[s - pos0 : e - pos0], pos, cache)
         s = e
+
+
+def greedy_rows(model: Model, h: np.ndarray) -> list[int]:
+    """Each row's arg-max token after hidden states h (M, n_embd): on the model's device when its class offers
+    `argmax` (a device model: only the ids come back), else from its logits (a wrapper that forwards attributes,
+    such as a batcher's lane, keeps its own `head`)."""
+    fn = getattr(model, "argmax", None) if hasattr(type(model), "argmax") else None
+    if fn is not None:
+        return [int(t) for t in fn(h)]
+    return [greedy_token(row) for row in model.head(h)]
 
 
 class Engine:
@@ -199,6 +209,6 @@ class Engine:
         yield tok
         for _ in range(max_tokens - 1):
             h = self.model.forward_hidden(np.array([tok], np.int32), np.array([pos], np.int32), self.cache)
-            tok = next_token(self.model.head(h)[0], params, rng)
+            tok = greedy_rows(self.model, h)[0] if params.greedy else next_token(self.model.head(h)[0], params, rng)
             pos += 1
             yield tok

@@ -1,5 +1,6 @@
-"""LocalModel: load a GGUF model in-process and serve completion and chat requests through its scheduler (one
-worker thread owns the model; requests run one at a time, in arrival order)."""
+"""LocalModel: load a GGUF model in-process and serve completion and chat requests through its scheduler: one worker
+thread owns the model and runs requests one at a time, in arrival order, or (`parallel` > 1) a batcher runs up to
+`parallel` of them at once, every pass shared, each reply the one it gets alone."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .batcher import Batcher, Lane, LaneModel
 from .device import Device
 from .engine import Engine, Generation, Timings, check_token_ids
 from .errors import ConfigError, ContextLengthError
@@ -21,6 +23,7 @@ from .request import check_request
 from .sampling import SamplingParams, is_int
 from .scheduler import AsyncStream, Scheduler, SyncStream
 from .sources import ModelSource
+from .speculative.batch_governor import BatchGovernor, PassClock
 from .speculative.decoder import SpeculativeDecoder
 from .speculative.drafters import Drafter
 from .speculative.drafters.load import check_device, load_drafter, resolve_auto
@@ -30,6 +33,7 @@ from .speculative.stats import DraftStats, RequestDraftStats
 from .tokenizer import Tokenizer
 
 MAX_THREADS = 1 << 16  # what the kernels accept
+MAX_PARALLEL = 256
 
 
 @dataclass(frozen=True)
@@ -37,8 +41,10 @@ class LocalModelConfig:
     """What to load and how. Drafting is off unless `drafter` is set (a DrafterSource, or a ModelSource / string
     naming a drafter file) and `draft_tokens` is the most drafts per round (the governor picks 0..draft_tokens
     per round); `threads` 0 uses every core; `context_length` 0 uses min(4096, trained length), and a
-    length past the trained one needs `allow_long_context=True`; `device` a Device or its name (only "cpu" in this
-    build)."""
+    length past the trained one needs `allow_long_context=True`; `device` a Device or its name: "cpu" (the C
+    backend), "cuda" / "cuda:N" (a CUDA GPU through PyTorch, `pip install "cuca[gpu]"`) or "torch-cpu" (the PyTorch
+    backend on CPU tensors: tests and checks without a GPU); `parallel` the requests served at once (continuous
+    batching; each has its own cache slot)."""
 
     source: ModelSource | str | os.PathLike[str] = "gemma3-270m-q4_k_m"
     drafter: DrafterSource | ModelSource | str | None = None
@@ -48,6 +54,7 @@ class LocalModelConfig:
     device: Device | str = Device.CPU
     allow_long_context: bool = False
     prompt_cache: bool = True  # keep the previous request's rows that the next prompt shares (output unchanged)
+    parallel: int = 1
 
     def validate(self) -> None:
         if not isinstance(self.source, (ModelSource, str, os.PathLike)):
@@ -65,14 +72,16 @@ class LocalModelConfig:
             raise ConfigError(f"threads must be an integer in 0..{MAX_THREADS}, got {self.threads!r}")
         if not is_int(self.draft_tokens) or (self.drafter is not None and self.draft_tokens < 1):
             raise ConfigError(f"draft_tokens must be an integer >= 1 when a drafter is set, got {self.draft_tokens!r}")
+        if not is_int(self.parallel) or not 1 <= self.parallel <= MAX_PARALLEL:
+            raise ConfigError(f"parallel must be an integer in 1..{MAX_PARALLEL}, got {self.parallel!r}")
         if not isinstance(self.prompt_cache, bool):
             raise ConfigError(f"prompt_cache must be True or False, got {self.prompt_cache!r}")
         if not isinstance(self.allow_long_context, bool):
             raise ConfigError(f"allow_long_context must be True or False, got {self.allow_long_context!r}")
-        device = Device.parse(self.device)
+        device, index = Device.locate(self.device)
         if self.drafter is not None:
             check_device(DrafterSource.parse(self.drafter), device)
-        device.check_available()
+        device.check_available(index)
 
 
 @dataclass
@@ -99,9 +108,9 @@ class _Plan:
 
 
 class LocalModel:
-    """A loaded model. Its scheduler's worker thread runs the requests, one at a time, in arrival order; sync and
-    async forms may be mixed from any thread. A stream that is closed, dropped or whose task is cancelled stops at
-    its next token."""
+    """A loaded model. Its scheduler's worker thread runs the requests, one at a time, in arrival order (or its
+    batcher, `parallel` at a time); sync and async forms may be mixed from any thread. A stream that is closed,
+    dropped or whose task is cancelled stops at its next token."""
 
     def __init__(self, config: LocalModelConfig):
         config.validate()
@@ -110,9 +119,10 @@ class LocalModel:
         self.path = self.source.resolve()
         self.file = open_gguf(self.path)
         self.tokenizer = Tokenizer.from_gguf(self.file)
-        self.model = load_model(self.file, Ops(config.threads or (os.cpu_count() or 1)))
+        self.model = load_model(self.file, _ops(config))
         self.engine = Engine(self.model, self._context_length(config), config.prompt_cache)
-        self.drafter_source = (resolve_auto(DrafterSource.parse(config.drafter), self.model, self.source)
+        device = Device.locate(config.device)[0]
+        self.drafter_source = (resolve_auto(DrafterSource.parse(config.drafter), self.model, self.source, device)
                                if config.drafter is not None else None)
         self.drafter: Drafter | None = None
         if self.drafter_source is not None:
@@ -122,8 +132,41 @@ class LocalModel:
             self._check_memory(self.engine.n_ctx, int(own.nbytes))
         self.governor: Governor = SpeedGovernor()  # kept across requests, as the drafting decision should be
         self._draft_stats = DraftStats()
-        self.scheduler = Scheduler(f"cuca-model {self.source}")
+        self.batch_governor: BatchGovernor | None = None
+        self.scheduler: Scheduler | Batcher = (
+            self._batcher(config.parallel) if config.parallel > 1 else Scheduler(f"cuca-model {self.source}"))
         weakref.finalize(self, self.scheduler.close)  # the worker exits once the model is gone
+
+    def _batcher(self, n: int) -> Batcher:
+        """`n` lanes, each with its own cache (and prompt cache) and its own drafter instance, one governor."""
+        clock = PassClock()
+        shared = self.batch_governor = BatchGovernor(clock, self.config.draft_tokens)
+        lanes = []
+        for i in range(n):
+            lm = LaneModel(self.model)
+            eng = Engine(lm, self.engine.n_ctx, self.config.prompt_cache)
+            drafter = None
+            if self.drafter is not None:
+                fresh = getattr(self.drafter, "for_cache", None)
+                if fresh is None:
+                    raise ConfigError(f"drafter {type(self.drafter).__name__} cannot run on parallel lanes "
+                                      "(no for_cache): use parallel=1")
+                drafter = fresh(eng.cache)
+            lanes.append((Lane(eng, drafter, shared.view(), i), lm))
+        return Batcher(self.model, lanes, clock, f"cuca-model {self.source}")
+
+    @property
+    def _lane(self) -> Lane:
+        """The scheduler's lane: the model's own engine, drafter and governor (as they are now)."""
+        return Lane(self.engine, self.drafter, self.governor)
+
+    @property
+    def drafting(self) -> bool:
+        """Whether the governor drafts now (for the batch size running now, when batching)."""
+        if self.drafter is None:
+            return False
+        g = self.batch_governor if self.batch_governor is not None else self.governor
+        return bool(getattr(g, "drafting", True))
 
     def _context_length(self, config: LocalModelConfig) -> int:
         """The context window: checked against the trained length and against the memory its cache needs."""
@@ -139,15 +182,20 @@ class LocalModel:
 
     def _check_memory(self, n_ctx: int, drafter_bytes: int = 0) -> None:
         """The caches of the context window (the target's, plus `drafter_bytes` for a drafter's own: a draft
-        model's, an MTP head's) must fit in the memory available. Their arrays are untouched, so none is resident."""
+        model's, an MTP head's), one set per parallel slot, must fit in the memory available. Their arrays are
+        untouched, so none is resident."""
         one, two = self.model.make_cache(1).nbytes, self.model.make_cache(2).nbytes
-        need = one + (two - one) * (n_ctx - 1) + drafter_bytes
-        avail = available_memory()
+        n = self.config.parallel
+        need = (one + (two - one) * (n_ctx - 1) + drafter_bytes) * n
+        dev = self.model.ops.available_memory()  # a GPU's free memory, when the caches live there
+        avail = available_memory() if dev is None else dev
         if avail is not None and need > avail:
+            slots = f" for {n} parallel slots" if n > 1 else ""
             raise ConfigError(
                 f"context_length {n_ctx} needs {need:,} bytes ({need / 2**30:.1f} GiB) of KV cache"
-                f"{' (target and drafter)' if drafter_bytes else ''}, more than the {avail:,} bytes "
+                f"{' (target and drafter)' if drafter_bytes else ''}{slots}, more than the {avail:,} bytes "
                 f"({avail / 2**30:.1f} GiB) of memory available: lower context_length"
+                f"{' or parallel' if n > 1 else ''}"
             )
 
     # ---- loading ----------------------------------------------------------------------------------------
@@ -208,10 +256,11 @@ class LocalModel:
         """Rounds, drafted and accepted tokens summed over every request so far."""
         return DraftStats(self._draft_stats.rounds, self._draft_stats.drafted, self._draft_stats.accepted)
 
-    def _speculation(self) -> SpeculativeDecoder | None:
-        if self.drafter is None:
+    def _speculation(self, lane: Lane) -> SpeculativeDecoder | None:
+        if lane.drafter is None:
             return None
-        return SpeculativeDecoder(self.model, self.engine.cache, self.drafter, self.governor, self.config.draft_tokens)
+        return SpeculativeDecoder(lane.engine.model, lane.engine.cache, lane.drafter, lane.governor,
+                                  self.config.draft_tokens)
 
     # ---- requests -----------------------------------------------------------------------------------------
     def _plan(self, prompt: Callable[[int], list[int]], kw: dict[str, Any]) -> _Plan:
@@ -235,26 +284,26 @@ class LocalModel:
         msgs = [dict(m) if isinstance(m, dict) else m for m in messages]  # a snapshot, tokenized on the worker
         return lambda room: self.chat_prompt(msgs, room)
 
-    def _job(self, plan: _Plan) -> Callable[[], Iterator[str | None]]:
-        return lambda: self._serve(plan)
+    def _job(self, plan: _Plan) -> _Job:
+        return _Job(self, plan)
 
-    def _serve(self, plan: _Plan) -> Iterator[str | None]:
+    def _serve(self, plan: _Plan, lane: Lane, ids: list[int]) -> Iterator[str | None]:
         """The worker's side of a request: text pieces, or None after a token that added none (the scheduler
         checks for cancellation at every item)."""
-        ids = plan.prompt(plan.max_tokens)
-        spec = self._speculation() if plan.draft else None
+        spec = self._speculation(lane) if plan.draft else None
         plan.gen.draft = spec.stats if spec is not None else None
         try:
-            yield from self._pieces(ids, plan, spec)
+            yield from self._pieces(ids, plan, spec, lane.engine)
         finally:
             if spec is not None:
                 self._draft_stats.add(spec.stats)
 
-    def _pieces(self, ids: list[int], plan: _Plan, spec: SpeculativeDecoder | None) -> Iterator[str | None]:
+    def _pieces(self, ids: list[int], plan: _Plan, spec: SpeculativeDecoder | None,
+                engine: Engine) -> Iterator[str | None]:
         dec, stop, gen = self.tokenizer.stream(skip_special=True), plan.stop, plan.gen
         pending = ""  # text held back while it could still be the start of a stop string
         hold = max((len(s) for s in stop), default=0)
-        for tok in self.engine.stream(ids, plan.max_tokens, plan.params, self.tokenizer.eog_ids, gen, spec):
+        for tok in engine.stream(ids, plan.max_tokens, plan.params, self.tokenizer.eog_ids, gen, spec):
             if tok in self.tokenizer.eog_ids:
                 break
             pending += dec.feed(tok)
@@ -330,6 +379,27 @@ class LocalModel:
         return self._astream(self._chat(messages), kw)
 
 
+class _Job:
+    """A request as its worker runs it: called bare (the scheduler: the model's own lane) or with a batcher's lane;
+    `affinity(lane)` scores a lane by the prompt rows its cache keeps. The prompt is tokenized once, on the worker."""
+
+    def __init__(self, model: LocalModel, plan: _Plan):
+        self.model, self.plan = model, plan
+        self._ids: list[int] | None = None
+
+    def ids(self) -> list[int]:
+        if self._ids is None:
+            self._ids = self.plan.prompt(self.plan.max_tokens)
+        return self._ids
+
+    def affinity(self, lane: Lane) -> int:
+        pc = lane.engine.prompt_cache
+        return max((rows for rows, _ in pc.candidates(self.ids())), default=0) if pc is not None else 0
+
+    def __call__(self, lane: Lane | None = None) -> Iterator[str | None]:
+        return self.model._serve(self.plan, lane if lane is not None else self.model._lane, self.ids())
+
+
 def _with_gen(kw: dict[str, Any]) -> tuple[Generation, dict[str, Any]]:
     """The request's Generation (the caller's, or a new one) and the parameters that carry it."""
     gen = kw.get("gen")
@@ -340,6 +410,18 @@ def _with_gen(kw: dict[str, Any]) -> tuple[Generation, dict[str, Any]]:
 
 def _as_reply(text: str, gen: Generation) -> Reply:
     return Reply(text, gen.tokens, gen.finish_reason or "length", gen.timings, gen.draft)
+
+
+def _ops(config: LocalModelConfig) -> Ops:
+    """The backend of the config's device: the C kernels, or the PyTorch backend (cuca.gpu)."""
+    device, index = Device.locate(config.device)
+    if device is Device.CPU:
+        return Ops(config.threads or (os.cpu_count() or 1))
+    from .gpu import make_ops
+
+    ops = make_ops(device, index, config.threads)
+    ops.pass_rows = config.draft_tokens + 1  # passes of up to this many rows are captured (a round's verify pass)
+    return ops
 
 
 def available_memory() -> int | None:

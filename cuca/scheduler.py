@@ -12,11 +12,17 @@ import asyncio
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import CucaError
 
 JobFn = Callable[[], Iterator[Any]]
+
+
+class Queue(Protocol):
+    """What a stream needs of a scheduler (or a batcher): queue a job, get its request."""
+
+    def submit(self, job: JobFn) -> Request: ...
 
 
 class _End:
@@ -176,8 +182,8 @@ class SyncStream(Iterator[Any]):
     """A request's items as a plain iterator. The job is queued on the first `next()`; closing the stream, or
     dropping the last reference to it, cancels the request."""
 
-    def __init__(self, scheduler: Scheduler, job: JobFn):
-        self._scheduler: Scheduler | None = scheduler
+    def __init__(self, scheduler: Queue, job: JobFn):
+        self._scheduler: Queue | None = scheduler
         self._job: JobFn | None = job
         self._req: Request | None = None
 
@@ -214,7 +220,7 @@ class AsyncStream(AsyncIterator[Any]):
     """A request's items as an async iterator (`async for`), read without blocking the event loop. The job is
     queued on the first `__anext__`; `aclose()`, dropping the stream or cancelling the reading task cancels it."""
 
-    def __init__(self, scheduler: Scheduler, job: JobFn):
+    def __init__(self, scheduler: Queue, job: JobFn):
         self._sync = SyncStream(scheduler, job)
 
     def __aiter__(self) -> AsyncStream:

@@ -189,12 +189,14 @@ class Run:
 class Bench:
     """A target (+ drafter) loaded once through LocalModel; plain and speculative greedy runs on its engine."""
 
-    def __init__(self, model: Any, drafter: Any = None, draft_tokens: int = 3, threads: int = 0, n_ctx: int = 1024):
+    def __init__(self, model: Any, drafter: Any = None, draft_tokens: int = 3, threads: int = 0, n_ctx: int = 1024,
+                 device: str = "cpu"):
         from ..local import LocalModel, LocalModelConfig
         from ..speculative.drafters.draft_model import DraftModelDrafter
 
         self.lm = LocalModel(LocalModelConfig(model, drafter=drafter, draft_tokens=draft_tokens, context_length=n_ctx,
-                                              threads=threads, allow_long_context=True))  # tiny test files: 512
+                                              threads=threads, allow_long_context=True,  # tiny test files: 512
+                                              device=device))
         self.path = Path(self.lm.path)
         self.arch = str(getattr(self.lm.model, "arch", self.lm.file.architecture))
         self.draft_tokens = draft_tokens

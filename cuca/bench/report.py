@@ -71,18 +71,19 @@ class BenchOptions:
     pass_sizes: Sequence[int] = (1, 2, 3, 4, 5)
     name: str = ""
     bandwidth: bool = True  # the machine's read bandwidth and each engine's achieved GB/s, in the same run
+    device: str = "cpu"  # LocalModelConfig.device: "cuda", "cuda:N", "torch-cpu" run the PyTorch backend
 
 
 def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
     t0 = time.perf_counter()
-    b = Bench(o.model, o.drafter, o.draft_tokens, o.threads, n_ctx=1024)
+    b = Bench(o.model, o.drafter, o.draft_tokens, o.threads, n_ctx=1024, device=o.device)
     prompts = prompts_for(o.prompts_per_category)
     sweep_prompts = [PROMPTS[c][0] for c in o.sweep_categories]
     res: dict[str, Any] = {
         "name": o.name or b.path.name, "model": b.path.name, "arch": b.arch, "drafter": b.drafter_name,
         "draft_tokens": o.draft_tokens, "threads": b.threads, "max_tokens": o.max_tokens, "reps": o.reps,
         "prompts_per_category": o.prompts_per_category, "cpu_count": os.cpu_count(), "isa": KERNEL_ISA,
-        "load_average": _load(),
+        "load_average": _load(), "device": o.device,
     }
     log(f"== {res['name']}: {b.path.name} ({b.arch}), drafter {b.drafter_name}, threads {b.threads}")
     if b.lm.drafter is not None:
@@ -325,6 +326,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", default=None, help="prompt-lookup, in-trunk, or a drafter GGUF path / preset")
     p.add_argument("--draft-tokens", type=int, default=3)
     p.add_argument("--threads", type=int, default=0, help="0: every core")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or torch-cpu (LocalModelConfig.device)")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--prompts", type=int, default=3, help="prompts per category (1-3)")
@@ -350,7 +352,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 def options_from_args(a: argparse.Namespace) -> BenchOptions:
     o = BenchOptions(a.model, a.drafter, a.draft_tokens, a.threads, a.reps, a.max_tokens, a.prompts,
                      not a.no_governor, a.controlled, list(a.acceptance), list(a.sweep), poor_drafter=a.poor_drafter,
-                     llama=not a.no_llama, bandwidth=not a.no_bandwidth)
+                     llama=not a.no_llama, bandwidth=not a.no_bandwidth, device=a.device)
     if a.quick:
         o.reps, o.prompts_per_category, o.max_tokens, o.poor_warmup, o.poor_reps = 1, 1, 32, 1, 1
         o.sweep = [n for n in o.sweep if n in (1, 3)] or list(o.sweep)[:1]

@@ -41,7 +41,8 @@ class Model(Protocol):
 
 
 def load_model(f: GGUFFile, ops: Ops | None = None) -> Any:
-    """Bind the weights of `f` to its architecture's Model (no copies: weights stay memory-mapped)."""
+    """Bind the weights of `f` to its architecture's Model (on the C backend no copies: weights stay memory-mapped;
+    a device backend's `ops.bind` moves them to the device)."""
     from .dialects import check_dialect
 
     check_dialect(f)
@@ -59,4 +60,5 @@ def load_model(f: GGUFFile, ops: Ops | None = None) -> Any:
     if isinstance(tokens, list) and embd is not None and len(tokens) > embd.shape[0]:  # would fail mid-request
         raise GGUFError(f"{f.path}: the vocabulary has {len(tokens)} tokens but token_embd.weight only "
                         f"{embd.shape[0]} rows")
-    return mod.Model(f, ops or Ops())
+    ops = ops or Ops()
+    return ops.bind(mod.Model(f, ops))

@@ -62,7 +62,9 @@ class Batch:
 
 class Decoder:
     """What every architecture's Model shares: `forward`, `forward_hidden` and `forward_batch` on top of its own
-    `run(batch) -> post-norm hidden` and `head(h) -> logits`."""
+    `run(batch) -> post-norm hidden` and `head(h) -> logits`, computed with its `ops`."""
+
+    ops: Any
 
     def run(self, batch: Batch) -> np.ndarray:
         raise NotImplementedError
@@ -89,7 +91,7 @@ class Decoder:
         """tokens, positions: int32 (M,) -> logits float32 (M, n_vocab) for "all", (1, n_vocab) for "last"."""
         h = self.forward_hidden(tokens, positions, cache)
         if logits == "last":
-            h = np.ascontiguousarray(h[-1:])
+            h = self.ops.contiguous(h[-1:])
         elif logits != "all":
             raise ValueError(f"logits must be 'last' or 'all', got {logits!r}")
         return self.head(h)

@@ -8,11 +8,9 @@ the last kept token without recomputing anything.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from .cache import KVCache
 
 if TYPE_CHECKING:
     from .qwen35 import Config
@@ -30,11 +28,14 @@ class HybridCache:
     round may go (its drafts), so that a round never asks for one.
     """
 
-    def __init__(self, n_ctx: int, c: Config, max_snaps: int = MAX_ROLLBACK):
-        self.kv = KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)] * sum(not r for r in c.recurrent))
+    def __init__(self, n_ctx: int, c: Config, ops: Any = None, max_snaps: int = MAX_ROLLBACK):
+        from .ops import Ops
+
+        self.ops = ops = ops if ops is not None else Ops()  # whose arrays the cache holds
+        self.kv = ops.kv_cache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)] * sum(not r for r in c.recurrent))
         n_rec = sum(c.recurrent)
-        self.conv = [np.zeros((c.conv - 1, c.conv_dim), np.float32) for _ in range(n_rec)]
-        self.ssm = [np.zeros((c.v_heads, c.d_state, c.d_state), np.float32) for _ in range(n_rec)]
+        self.conv = [ops.zeros((c.conv - 1, c.conv_dim)) for _ in range(n_rec)]
+        self.ssm = [ops.zeros((c.v_heads, c.d_state, c.d_state)) for _ in range(n_rec)]
         self.max_snaps = max_snaps
         self._shape = (c.v_heads, c.d_state, c.d_state)
         self._snaps: list[np.ndarray | None] = [None] * n_rec
@@ -85,7 +86,7 @@ class HybridCache:
             return None
         s = self._snaps[li]
         if s is None:
-            s = self._snaps[li] = _aligned((self.max_snaps, *self._shape))
+            s = self._snaps[li] = self.ops.snapshot_buffer((self.max_snaps, *self._shape))
         return s
 
     def keep_raw(self, li: int, x: np.ndarray) -> None:
@@ -117,7 +118,7 @@ class HybridCache:
         """The state at this point (positions held, conv windows, recurrent states), for `restore`: how a drafter
         with this cache returns past more than one forward batch, and what the prompt cache keeps of a prompt (K/V
         rows are only counted, not copied: those before the snapshot must not be rewritten before a restore)."""
-        return self.kv.n, [a.copy() for a in (*self.conv, *self.ssm)]
+        return self.kv.n, [self.ops.copy(a) for a in (*self.conv, *self.ssm)]
 
     def restore(self, snap: tuple[int, list[np.ndarray]]) -> None:
         """Back to a `snapshot` taken at or before the current position (later K/V rows are forgotten)."""
@@ -132,7 +133,7 @@ class HybridCache:
     def reset(self) -> None:
         self.kv.reset()
         for a in (*self.conv, *self.ssm):
-            a.fill(0.0)
+            a[...] = 0.0
         self._kept, self._snapped = 0, False
 
     @property

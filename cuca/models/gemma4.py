@@ -188,7 +188,7 @@ class Model(Decoder):
 
     def make_cache(self, n_ctx: int) -> KVCache:
         """K/V memory only for the layers that own K/V (the first `first_shared`)."""
-        return KVCache(n_ctx, [(b.n_head_kv, b.hd, b.hd) for b in self.blk if b.owns_kv])
+        return self.ops.kv_cache(n_ctx, [(b.n_head_kv, b.hd, b.hd) for b in self.blk if b.owns_kv])
 
     def embed(self, tokens: np.ndarray) -> np.ndarray:
         """Token embeddings scaled by sqrt(n_embd), (M, n_embd): the model's input, and half the drafter's."""

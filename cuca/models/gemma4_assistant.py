@@ -95,23 +95,12 @@ class CentroidHead:
 
     def select(self, ops: Ops, zn: np.ndarray) -> np.ndarray:
         """(M, n_embd) -> the selected token ids per row, (M, top_k * ids per centroid), centroid by centroid."""
-        scores = self.centroids(ops, zn)
-        top = np.argpartition(-scores, self.top_k - 1, axis=1)[:, : self.top_k]
-        return self.groups[top].reshape(zn.shape[0], -1)
+        return ops.top_groups(self.centroids(ops, zn), self.top_k, self.groups)
 
     def __call__(self, ops: Ops, zn: np.ndarray) -> np.ndarray:
         """Post-norm drafter state (M, n_embd) -> logits (M, n_vocab); the selected ids' logits come from the same
         matmul kernel as the dense head on the same rows (gathered), so they equal the dense head's there."""
-        ids = self.select(ops, zn)
-        te, out = self.token_embd, np.empty((zn.shape[0], self.n_vocab), np.float32)
-        for i in range(zn.shape[0]):
-            rows = object.__new__(Linear)  # the selected rows, contiguous (np.take: 3x a fancy-index copy)
-            rows.name, rows.wtype, rows.n_out, rows.n_in = te.name, te.wtype, ids.shape[1], te.n_in
-            rows.w = np.take(te.w, ids[i], axis=0)
-            sel = ops.matmul(rows, zn[i : i + 1])
-            out[i].fill(sel.min() - np.float32(1.0))
-            out[i, ids[i]] = sel[0]
-        return out
+        return ops.masked_logits(self.token_embd, self.select(ops, zn), zn, self.n_vocab)
 
 
 class Assistant:
@@ -169,4 +158,4 @@ class Assistant:
 
 def load_assistant(f: GGUFFile, ops: Ops, target: object, requantize: bool = True) -> Assistant:
     """The drafter in `f` bound to `target`; ProviderError when `f` is no gemma4-assistant or does not match."""
-    return Assistant(f, ops, target, requantize)  # type: ignore[arg-type]
+    return ops.bind(Assistant(f, ops, target, requantize))  # type: ignore[arg-type]

@@ -148,7 +148,7 @@ class Attention:
         if s.qk_norm:
             k = ops.rms_norm(k, self.attn_k_norm, s.eps)
         elif v is k:
-            v = v.copy()  # k is roped in place below
+            v = ops.copy(v)  # k is roped in place below
         ops.rope(k, positions, self.rope)
         return k, v
 

@@ -108,7 +108,7 @@ class Model(Decoder):
 
     def make_cache(self, n_ctx: int) -> KVCache:
         c = self.c
-        return KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)] * c.n_layer)
+        return self.ops.kv_cache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)] * c.n_layer)
 
     def head(self, h: np.ndarray) -> np.ndarray:
         """Post-norm hidden (M, n_embd) -> logits (M, n_vocab)."""

@@ -4,8 +4,8 @@ through these methods, which always pass the configured thread count.
 A backend is a kernel module with the signatures of `cuca.kernels._ckernels` (the C extension; its numpy twins in
 `cuca.kernels._ref` are the second backend) plus the few array helpers below (`empty`, `concat`, `contiguous`,
 the element-wise helpers of the hybrid layers). Both present backends hold numpy arrays, so `Ops` implements the
-helpers with numpy; a backend on another array library (a GPU one) subclasses `Ops` and overrides them, and no
-model file changes.
+helpers with numpy; a backend on another array library subclasses `Ops` and overrides them (the PyTorch one:
+cuca/gpu/ops.py), and no model file changes.
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ class Mask:
 class Ops:
     """The kernel implementation (`k`, a module) and thread count (`threads`, 0 = every core) a model runs with."""
 
+    requantize_drafters = True  # a drafter file's float matrices are stored as Q8_0 (it only proposes)
+
     def __init__(self, threads: int = 0, impl: ModuleType | None = None):
         self.k: ModuleType = impl if impl is not None else kernels.impl
         self.threads = threads
@@ -62,6 +64,37 @@ class Ops:
 
     def contiguous(self, x: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(x, np.float32)
+
+    def zeros(self, shape: tuple[int, ...]) -> np.ndarray:
+        return np.zeros(shape, np.float32)
+
+    def copy(self, x: np.ndarray) -> np.ndarray:
+        return x.copy()
+
+    def repeat_heads(self, x: np.ndarray, n: int) -> np.ndarray:
+        """(M, H, d) -> (M, n * H, d): head j of the result is head j % H of x."""
+        return np.tile(x, (1, n, 1))
+
+    def kv_cache(self, n_ctx: int, shapes: list[tuple[int, int, int]]) -> Any:
+        """A K/V cache of this backend's arrays (cache.KVCache)."""
+        from .cache import KVCache
+
+        return KVCache(n_ctx, shapes)
+
+    def snapshot_buffer(self, shape: tuple[int, ...]) -> np.ndarray:
+        """Uninitialised float32 room for the recurrent states after each token of a batch."""
+        from .deltanet_state import _aligned
+
+        return _aligned(shape)
+
+    def available_memory(self) -> int | None:
+        """Free bytes of the memory the caches live in, None: the host's (LocalModel checks that)."""
+        return None
+
+    def bind(self, model: Any) -> Any:
+        """A model (or drafter) built on these Ops, as callers use it: here itself (a device backend moves its
+        weights to the device and returns a host-facing view)."""
+        return model
 
     # ---- kernels ---------------------------------------------------------------------------------------------
     def matmul(self, w: Linear, x: np.ndarray) -> np.ndarray:
@@ -114,6 +147,33 @@ class Ops:
         q, k, v = qkv
         out = self.empty(v.shape)
         self.k.deltanet(q, k, v, gates[0], gates[1], state, snaps, out, eps_scale[0], eps_scale[1], self.threads)
+        return out
+
+    def deltanet_chunked(self, qkv: tuple[np.ndarray, np.ndarray, np.ndarray], gates: tuple[np.ndarray, np.ndarray],
+                         state: np.ndarray, out: np.ndarray, scale: float) -> None:
+        """The chunked form of `deltanet` for long prefills: the same results up to rounding, no snapshots."""
+        from .deltanet_state import gdn_chunked
+
+        gdn_chunked(qkv, gates, state, out, scale)
+
+    def top_groups(self, scores: np.ndarray, k: int, groups: np.ndarray) -> np.ndarray:
+        """scores (M, G), groups (G, n) -> per row the ids of its k best-scoring groups, (M, k * n)."""
+        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        return groups[top].reshape(scores.shape[0], -1)
+
+    def masked_logits(self, w: Linear, ids: np.ndarray, x: np.ndarray, n_vocab: int) -> np.ndarray:
+        """Logits (M, n_vocab) of rows x (M, n_in) over only the weight rows ids (M, n_sel) of w; every other id
+        gets the row's smallest selected logit - 1. The selected ones come from the same matmul kernel as w's."""
+        from .layers import Linear
+
+        out = np.empty((x.shape[0], n_vocab), np.float32)
+        for i in range(x.shape[0]):
+            rows = object.__new__(Linear)  # the selected rows, contiguous (np.take: 3x a fancy-index copy)
+            rows.name, rows.wtype, rows.n_out, rows.n_in = w.name, w.wtype, ids.shape[1], w.n_in
+            rows.w = np.take(w.w, ids[i], axis=0)
+            sel = self.matmul(rows, x[i : i + 1])
+            out[i].fill(sel.min() - np.float32(1.0))
+            out[i, ids[i]] = sel[0]
         return out
 
     # ---- element-wise helpers of the hybrid layers (float64 inside, one row at a time: batch invariant) ------

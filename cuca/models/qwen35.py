@@ -35,7 +35,7 @@ from .config import (
     opt,
     req,
 )
-from .deltanet_state import L2_EPS, HybridCache, gdn_chunked
+from .deltanet_state import L2_EPS, HybridCache
 from .layers import Attention, AttnSpec, GatedMLP, Linear, Mask, Ops, Rope, linear, output_head, vector
 
 
@@ -221,12 +221,12 @@ class Model(Decoder):
 
     # ---- caches ---------------------------------------------------------------------------------------------
     def make_cache(self, n_ctx: int) -> HybridCache:
-        return HybridCache(n_ctx, self.c)
+        return HybridCache(n_ctx, self.c, self.ops)
 
     def make_mtp_cache(self, n_ctx: int) -> KVCache:
         """The MTP block's own K/V (one layer)."""
         c = self.c
-        return KVCache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)])
+        return self.ops.kv_cache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)])
 
     # ---- trunk ----------------------------------------------------------------------------------------------
     def head(self, h: np.ndarray) -> np.ndarray:
@@ -267,11 +267,11 @@ class Model(Decoder):
             q = x[:, :kd].reshape(m, c.k_heads, ds)
             k = x[:, kd : 2 * kd].reshape(m, c.k_heads, ds)
             if c.k_heads != c.v_heads:  # fewer key heads: the converter tiles V heads, value head j reads j % k_heads
-                q, k = np.tile(q, (1, c.v_heads // c.k_heads, 1)), np.tile(k, (1, c.v_heads // c.k_heads, 1))
+                q, k = ops.repeat_heads(q, c.v_heads // c.k_heads), ops.repeat_heads(k, c.v_heads // c.k_heads)
             v = x[:, 2 * kd :].reshape(m, c.v_heads, ds)
             if chunk:
                 o = ops.empty((m, c.v_heads, ds))
-                gdn_chunked((q, k, v), (g[r], beta[r]), cache.ssm[li], o, scale)
+                ops.deltanet_chunked((q, k, v), (g[r], beta[r]), cache.ssm[li], o, scale)
             else:
                 o = ops.deltanet((q, k, v), (g[r], beta[r]), cache.ssm[li], cache.snaps(li), (L2_EPS, scale))
             parts.append(o)

@@ -40,7 +40,7 @@ from .protocol import (
 @dataclass(frozen=True)
 class ServeConfig:
     """The served model's name (what `model` must say), the API key (None: none asked), and how many requests may
-    wait behind the running one before new ones get 429."""
+    wait behind the running ones (the model's `parallel` slots) before new ones get 429."""
 
     name: str
     api_key: str | None = None
@@ -100,9 +100,7 @@ class Server:
         self.metrics = Metrics(lambda: float(model.scheduler.pending), self._drafting)
 
     def _drafting(self) -> float:
-        if self.model.drafter is None:
-            return 0.0
-        return float(bool(getattr(self.model.governor, "drafting", True)))
+        return float(self.model.drafting)
 
     def _auth(self, request: Request) -> None:
         key = self.config.api_key
@@ -163,8 +161,9 @@ class Server:
             self._auth(request)
             body = await self._body(request)
             job = (chat_job if chat else completion_job)(body, self.names, self.model.engine.n_ctx)
-            if self.active > self.config.max_queue:
-                raise APIError(429, f"the server is busy: {self.active - 1} requests are waiting (--max-queue "
+            slots = self.model.config.parallel
+            if self.active >= slots + self.config.max_queue:
+                raise APIError(429, f"the server is busy: {self.active - slots} requests are waiting (--max-queue "
                                f"{self.config.max_queue}); retry later", None, "queue_full", "server_overloaded")
             gen = Generation()
             run = _Running(self, self._stream(job, gen), request, endpoint)

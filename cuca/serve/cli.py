@@ -22,7 +22,10 @@ def add_serve_parser(sub: Any, add_model: Any) -> argparse.ArgumentParser:
     s.add_argument("--api-key", default=os.environ.get("CUCA_API_KEY"),
                    help="require Authorization: Bearer KEY (default: $CUCA_API_KEY, else none)")
     s.add_argument("--max-queue", type=int, default=64,
-                   help="requests that may wait behind the running one; more get 429 (default 64)")
+                   help="requests that may wait behind the running ones; more get 429 (default 64)")
+    s.add_argument("--parallel", type=int, default=1,
+                   help="requests served at once, each with its own cache slot, every pass shared (continuous "
+                        "batching; each reply is the one it gets alone); default 1")
     s.add_argument("--name", default=None, help="the model name clients send (default: the file's name)")
     return s
 

@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from ..engine import prefill_rows
+from ..engine import greedy_rows, prefill_rows
 from ..errors import ConfigError
 from ..models import Model
 from ..models.cache import Cache
-from ..sampling import SamplingParams, greedy_token, next_token, to_probs
+from ..sampling import SamplingParams, next_token, to_probs
 from .drafters import Drafter
 from .governor import Governor
 from .proposal import Proposal
@@ -106,11 +106,10 @@ class SpeculativeDecoder:
         ids = np.array([fed, *proposal.tokens], np.int32)
         positions = np.arange(pos, pos + len(ids), dtype=np.int32)
         hidden = self.model.forward_hidden(ids, positions, self.cache)
-        logits = self.model.head(hidden)
-        if params.greedy:
-            verdict = verify_greedy([greedy_token(row) for row in logits], proposal.tokens)
+        if params.greedy:  # the arg-max on the model's device when it has one: no logits copied
+            verdict = verify_greedy(greedy_rows(self.model, hidden), proposal.tokens)
         else:
-            p_target = np.stack([to_probs(row, params) for row in logits])
+            p_target = np.stack([to_probs(row, params) for row in self.model.head(hidden)])
             verdict = verify(p_target, proposal, rng.random(2 * len(ids)))  # a fixed count per round: reproducible
         self.cache.trim(len(proposal.tokens) - verdict.n_accepted)
         m = verdict.n_accepted + 1

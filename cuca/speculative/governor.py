@@ -264,16 +264,25 @@ class SpeedGovernor:
     def record(self, depth: int, accepted: int, seconds: float) -> None:
         """A finished round: the drafts asked for (0: a plain round), how many were accepted (the drafts a drafter
         did not propose count as rejected) and how long the round took."""
-        if depth < 0 or not 0 <= accepted <= depth or seconds < 0:
-            raise ValueError(f"need depth >= 0, 0 <= accepted <= depth, seconds >= 0; got {depth}, {accepted}, "
-                             f"{seconds}")
-        planned, self._pending = self._pending, None
-        self.rounds += 1
-        self.costs.setdefault(depth, CostAverage()).add(seconds)
+        if seconds < 0:
+            raise ValueError(f"need seconds >= 0, got {seconds}")
+        self.record_acceptance(depth, accepted)
+        self.record_round(depth, seconds)
+
+    def record_acceptance(self, depth: int, accepted: int) -> None:
+        """One sequence's outcome of a round with `depth` drafts (a batch's rounds: one call per sequence)."""
+        if depth < 0 or not 0 <= accepted <= depth:
+            raise ValueError(f"need depth >= 0, 0 <= accepted <= depth; got {depth}, {accepted}")
         for j in range(min(accepted + 1, depth)):  # positions reached: the accepted ones and the first rejected
             while len(self.accept) <= j:
                 self.accept.append(MovingAverage(ALPHA))
             self.accept[j].add(1.0 if j < accepted else 0.0)
+
+    def record_round(self, depth: int, seconds: float) -> None:
+        """A round's (or a batch step's) duration, after its acceptance: times `depth` and moves the schedule."""
+        planned, self._pending = self._pending, None
+        self.rounds += 1
+        self.costs.setdefault(depth, CostAverage()).add(seconds)
         # a forced round, or a plain round the caller ran for want of room to draft, is a measurement only
         if planned is not None and planned == depth:
             self._advance()

@@ -24,6 +24,10 @@ class AssistantDrafter:
         self.h: np.ndarray | None = None  # (1, n_embd) the target's hidden state of the last committed row
         self.tok, self.pos = -1, -1  # the token that follows it, and that token's position
 
+    def for_cache(self, cache: Any) -> AssistantDrafter:
+        """Another instance on another target cache (a batcher's lane), sharing the drafter's weights."""
+        return AssistantDrafter(self.assistant, cache)
+
     def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None:
         self.params, self.rng, self.h = params, rng, None
 
@@ -43,6 +47,9 @@ class AssistantDrafter:
         pos = self.pos
         if self.cache.n != pos:
             raise RuntimeError(f"drafter out of step: target cache holds {self.cache.n} positions, expected {pos}")
+        chain = getattr(self.assistant, "draft_greedy", None)
+        if self.params.greedy and chain is not None:  # a device model chains the steps there: one copy back
+            return Proposal(chain(self.tok, self.h, pos, self.cache, n), None)
         tok, h, tokens, qs = self.tok, self.h, [], []
         for _ in range(n):
             logits, h = self.assistant.step(np.array([tok], np.int32), h, pos, self.cache)

@@ -40,8 +40,13 @@ class DraftModelDrafter:
         self.history: list[int] = []  # committed tokens, history[p] at position p; the last one is not in the target
         self.cached: list[int] = []  # the tokens whose rows the drafter's cache holds, positions 0..
         self._sure = 0  # cached[:_sure] == history[:_sure] (known without comparing)
-        self._logits: np.ndarray | None = None  # the draft model's logits after history[: len(cached)]
+        # the draft model's logits after history[: len(cached)], or on a device model at temperature 0 their arg-max
+        self._logits: np.ndarray | int | None = None
         self._snap: Any = None  # bounded caches: the state after the last catch-up (cached == history then)
+
+    def for_cache(self, cache: Any) -> DraftModelDrafter:
+        """Another instance (its own cache) sharing the draft model, for another target cache: a batcher's lane."""
+        return DraftModelDrafter(self.model, cache.n_ctx, self.n_vocab)
 
     def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None:
         self.cache.reset()
@@ -90,11 +95,16 @@ class DraftModelDrafter:
                 del c[keep:]
             ids = np.array(h[keep:], np.int32)
             hid = self.model.forward_hidden(ids, np.arange(keep, len(h), dtype=np.int32), self.cache)
-            self._logits = self.model.head(np.ascontiguousarray(hid[-1:]))[0]
+            self._logits = (int(self.model.argmax(hid)[-1]) if self._on_device() else
+                            self.model.head(np.ascontiguousarray(hid[-1:]))[0])
             c += h[keep:]
         self._sure = len(h)
         if self.bounded:
             self._snap = self.cache.snapshot()
+
+    def _on_device(self) -> bool:
+        """Greedy on a device model (`argmax`: only ids come back) whose ids the target can all score."""
+        return self.params.greedy and hasattr(type(self.model), "argmax") and int(self.model.n_vocab) <= self.n_vocab
 
     def _aligned(self, logits: np.ndarray) -> np.ndarray:
         """The draft logits over the target's ids: cut, or padded with -inf."""
@@ -107,7 +117,9 @@ class DraftModelDrafter:
         out[: logits.shape[0]] = logits
         return out
 
-    def _pick(self, logits: np.ndarray) -> tuple[int, np.ndarray | None]:
+    def _pick(self, logits: np.ndarray | int) -> tuple[int, np.ndarray | None]:
+        if isinstance(logits, int):  # the arg-max, taken on the device
+            return logits, None
         z = self._aligned(logits)
         if self.params.greedy:
             return greedy_token(z), None
@@ -128,7 +140,11 @@ class DraftModelDrafter:
             if q is not None:
                 qs.append(q)
             if i + 1 < n:  # the last draft is not fed: the next catch-up feeds what the target emits instead
-                logits = self.model.forward(np.array([tok], np.int32), np.array([pos], np.int32), self.cache)[0]
+                ids, at = np.array([tok], np.int32), np.array([pos], np.int32)
+                if self._on_device():
+                    logits = int(self.model.argmax(self.model.forward_hidden(ids, at, self.cache))[0])
+                else:
+                    logits = self.model.forward(ids, at, self.cache)[0]
                 self.cached.append(tok)
                 pos += 1
         return Proposal(drafts, np.stack(qs) if qs else None)

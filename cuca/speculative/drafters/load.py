@@ -23,16 +23,17 @@ from .prompt_lookup import PromptLookupDrafter
 def check_device(ds: DrafterSource, device: Device) -> None:
     """ConfigError unless the drafter can run on `device`: the in-trunk prediction head runs on the CPU only."""
     if ds.kind == "in_trunk" and device is not Device.CPU:
-        raise ConfigError(f"drafter: the in-trunk prediction head runs on the CPU only, not on device "
-                          f"{device.value!r}")
+        raise ConfigError(f"drafter: the in-trunk prediction head runs on the CPU only (device 'cpu', the C "
+                          f"backend), not on device {device.value!r}")
 
 
-def resolve_auto(ds: DrafterSource, target: Any, source: ModelSource | None = None) -> DrafterSource:
-    """`ds` itself unless it is "auto"; then the target's in-trunk head if it has one, else the paired drafter of its
-    preset (`source` a preset, or a path whose file name is a preset's), else prompt lookup."""
+def resolve_auto(ds: DrafterSource, target: Any, source: ModelSource | None = None,
+                 device: Device = Device.CPU) -> DrafterSource:
+    """`ds` itself unless it is "auto"; then the target's in-trunk head if it has one (on the CPU only), else the
+    paired drafter of its preset (`source` a preset, or a path whose file name is a preset's), else prompt lookup."""
     if ds.kind != "auto":
         return ds
-    if getattr(target, "mtp", None) is not None:
+    if getattr(target, "mtp", None) is not None and device is Device.CPU:
         return DrafterSource.IN_TRUNK
     name = None
     if source is not None and source.kind == "preset":
@@ -72,7 +73,7 @@ def load_drafter(
         from ...models.gemma4_assistant import load_assistant
         from .assistant import AssistantDrafter
 
-        return AssistantDrafter(load_assistant(f, ops, target), cache)
+        return AssistantDrafter(load_assistant(f, ops, target, ops.requantize_drafters), cache)
     if f.architecture in ARCHITECTURES:
         from .draft_model import DraftModelDrafter
         from .pairing import check_pairing

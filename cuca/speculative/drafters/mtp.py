@@ -50,6 +50,10 @@ class MTPDrafter:
         self._pending: list[tuple[np.ndarray, np.ndarray, list[int]]] = []  # committed rows not yet through the head
         self._ids: list[int] = []  # the tokens its committed rows pair with: _ids[p + 1] follows row p
 
+    def for_cache(self, cache: Any) -> MTPDrafter:
+        """Another instance (its own head cache) for another target cache of the same model: a batcher's lane."""
+        return MTPDrafter(self.model, cache.n_ctx, self.n_rank)
+
     def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None:
         self.cache.reset()
         self.params, self.rng = params, rng

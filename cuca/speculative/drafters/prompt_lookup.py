@@ -26,6 +26,10 @@ class PromptLookupDrafter:
         self._index: dict[tuple[int, ...], int] = {}
         self._seen = 0  # history length indexed so far
 
+    def for_cache(self, cache: object) -> PromptLookupDrafter:
+        """Another instance for another target cache (a batcher's lane): it keeps only the history."""
+        return PromptLookupDrafter(self.max_ngram, self.min_ngram)
+
     def begin(
         self, prompt: list[int], params: SamplingParams | None = None, rng: np.random.Generator | None = None
     ) -> None:
