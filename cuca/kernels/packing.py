@@ -47,7 +47,8 @@ def _packed(k: ModuleType, w: Linear) -> Packed | None:
 def _prefix(p: Packed, w: Linear) -> Packed | None:
     """A copy of a packed Linear whose w is now a view of the first n rows of the packed one's w."""
     src = p[0]
-    same = (w.w.ndim == 2 and w.w.shape[1] == src.shape[1] and w.w.shape[0] <= src.shape[0]
+    same = (isinstance(w.w, np.ndarray) and w.w.ndim == 2 and w.w.shape[1] == src.shape[1]
+            and w.w.shape[0] <= src.shape[0]
             and w.w.__array_interface__["data"][0] == src.__array_interface__["data"][0])
     return (w.w, p[1], p[2]) if same else None
 
