@@ -49,11 +49,15 @@ def cuca_pass(eng: Engine, prompt: list[int], m: int, logits: str, reps: int) ->
     toks = np.full(m, 1000, np.int32)
     pos = np.arange(n0, n0 + m, dtype=np.int32)
     best = float("inf")
+    snap = cache.snapshot() if hasattr(cache, "snapshot") else None  # a recurrent state cannot trim a whole batch
     for _ in range(reps):
         t0 = time.perf_counter()
         model.forward(toks, pos, cache, logits)
         best = min(best, time.perf_counter() - t0)
-        cache.trim(m)
+        if snap is not None:
+            cache.restore(snap)
+        else:
+            cache.trim(m)
     return best
 
 

@@ -5,6 +5,8 @@ whose rows must be multiples of 256) and the 262144x640 Q8_0 LM head), time out 
 16, 17 rows of x and print the time at M=1, the weight bandwidth it implies, and the cost of each M relative
 to M=1.
 
+Q4_0 / Q8_0 run in the row-interleaved layout where the build packs them (as a model's file weights do).
+
 Hot (default): the best of --reps calls on one weight tensor, which then sits in the caches.
 --cold-mb N: sweep over enough copies of each weight tensor to stream N MB per sweep, so the weights come from
 memory as in a real forward pass (the median call counts).
@@ -56,6 +58,11 @@ def bench(wtype: int, n_out: int, n_in: int, reps: int, threads: int, cold_mb: f
     """Seconds per call for each M. Hot: the best of `reps` calls, the M values taking turns (so that load from
     elsewhere hits them alike). Cold: the median over two sweeps of the weight copies."""
     w = weight(wtype, n_out, n_in)
+    packed = getattr(impl, "pack_rows", lambda t: 0)(wtype) > 0  # what a model's file weights run (packing.py)
+    if packed:
+        p = np.empty(w.nbytes, np.uint8)
+        impl.pack(w, wtype, n_out, n_in, p)
+        w = p
     copies = max(1, int(np.ceil(cold_mb * 2**20 / w.nbytes))) if cold_mb > 0 else 1
     ws = [w] + [w.copy() for _ in range(copies - 1)]
     rng = np.random.default_rng(0)
@@ -64,7 +71,10 @@ def bench(wtype: int, n_out: int, n_in: int, reps: int, threads: int, cold_mb: f
 
     def call(wi: np.ndarray, M: int) -> float:
         t0 = time.perf_counter()
-        impl.matmul(wi, wtype, n_out, n_in, xs[M], outs[M], threads)
+        if packed:
+            impl.matmul_packed(wi, wtype, n_out, n_in, xs[M], outs[M], threads)
+        else:
+            impl.matmul(wi, wtype, n_out, n_in, xs[M], outs[M], threads)
         return time.perf_counter() - t0
 
     if copies > 1:

@@ -26,7 +26,8 @@ __all__ = ["Attention", "AttnSpec", "GatedMLP", "Linear", "Mask", "Ops", "Rope",
 class Linear:
     """A GGUF weight (n_out, n_in) in any supported block format, applied as x @ W.T."""
 
-    __slots__ = ("name", "w", "wtype", "n_out", "n_in")
+    # _packed: the C backend's row-interleaved copy of w (cuca.kernels.packing), made at the first matmul
+    __slots__ = ("name", "w", "wtype", "n_out", "n_in", "_packed")
 
     def __init__(self, t: TensorInfo, path: object = ""):
         if t.ggml_type not in SUPPORTED_TYPES or len(t.shape) != 2:
@@ -35,6 +36,7 @@ class Linear:
         self.w = t.data
         self.wtype = t.ggml_type
         self.n_out, self.n_in = t.shape
+        self._packed: object = None
         assert self.w.nbytes == self.n_out * row_bytes(self.wtype, self.n_in)
 
     def __call__(self, ops: Ops, x: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import kernels
+from ..kernels import packing
 
 if TYPE_CHECKING:
     from .layers import Linear
@@ -99,7 +100,7 @@ class Ops:
     def matmul(self, w: Linear, x: np.ndarray) -> np.ndarray:
         """x (M, n_in) @ W.T -> (M, n_out)."""
         out = self.empty((x.shape[0], w.n_out))
-        self.k.matmul(w.w, w.wtype, w.n_out, w.n_in, x, out, self.threads)
+        packing.matmul(self.k, w, x, out, self.threads)
         return out
 
     def get_rows(self, w: Linear, ids: np.ndarray) -> np.ndarray:

@@ -163,6 +163,10 @@ typedef struct {
     size_t rb;
     int64_t n_out, n_in, M, nch, per;
     int tile;
+    /* packed weights: the group kernel, rows per group, groups computed, raw rows after the full groups */
+    cuca_pk_fn pfn;
+    int R, ptile;
+    int64_t ngrp, n_full, n_tail;
 } mm_job;
 
 /* item u: values [lo, hi) blocks of activation row u / nch, in chunks of 512 values (one row is shared out too) */
@@ -185,6 +189,31 @@ static void mm_block_item(void *ctx, int64_t blk, int tid) {
     }
 }
 
+/* the activation rows quantized as wtype's kernels want them, shared out over the pool */
+static int mm_quantize_all(mm_job *J, int wtype, int nt) {
+    int rc = cuca_act_init(J->A, wtype, J->x, J->M, J->n_in);
+    if (rc != CUCA_OK || J->A->kind == ACT_F32) return rc;
+    J->per = J->A->kind == ACT_Q8_K ? 2 : 16;
+    J->nch = (J->A->nblk + J->per - 1) / J->per;
+    /* a few rows' quantization is cheaper than handing it out */
+    cuca_pool_run(J->M * J->n_in < 16384 ? 1 : nt, J->M * J->nch, 0, mm_quantize_item, J);
+    return CUCA_OK;
+}
+
+/* claims of about 64 KiB of weights: few claims, and a late thread holds little */
+static int64_t mm_chunk(size_t item_bytes, int64_t items, int nt) {
+    int64_t chunk = (int64_t)(65536 / (item_bytes + 1));
+    if (chunk < 1) chunk = 1;
+    if (chunk > items / (nt * 4)) chunk = items / (nt * 4) > 1 ? items / (nt * 4) : 1;
+    return chunk;
+}
+
+static int mm_threads(int n_threads, double work) {
+    int nt = n_threads > 0 ? n_threads : cuca_pool_default_threads();
+    if (n_threads == 0 && work < 65536.0) nt = 1; /* automatic: small problems are not worth a second thread */
+    return nt;
+}
+
 int cuca_matmul_gguf_f32(const void *w, int wtype, int64_t n_out, int64_t n_in, const float *x, int64_t M,
                          float *out, int n_threads) {
     cuca_tile_fn fn = NULL;
@@ -195,26 +224,64 @@ int cuca_matmul_gguf_f32(const void *w, int wtype, int64_t n_out, int64_t n_in, 
     if (cuca_tile_q(wtype, &fn, &tile) != CUCA_OK && cuca_tile_k(wtype, &fn, &tile) != CUCA_OK &&
         cuca_tile_f(wtype, &fn, &tile) != CUCA_OK)
         return CUCA_EUNSUPPORTED;
-    rc = cuca_act_init(&A, wtype, x, M, n_in);
-    if (rc != CUCA_OK) return rc;
-
     const size_t rb = (size_t)(n_in / bs) * (size_t)bytes;
     const int64_t nblocks = (n_out + ROW_BLOCK - 1) / ROW_BLOCK;
-    const double work = (double)n_out * (double)rb * (double)((M + tile - 1) / tile) + (double)M * (double)n_in;
-    nt = n_threads > 0 ? n_threads : cuca_pool_default_threads();
-    if (n_threads == 0 && work < 65536.0) nt = 1; /* automatic: small problems are not worth a second thread */
-    mm_job J = {fn, &A, x, (const uint8_t *)w, out, rb, n_out, n_in, M, 0, 0, tile};
-    if (A.kind != ACT_F32) {
-        J.per = A.kind == ACT_Q8_K ? 2 : 16;
-        J.nch = (A.nblk + J.per - 1) / J.per;
-        /* a few rows' quantization is cheaper than handing it out */
-        cuca_pool_run(M * n_in < 16384 ? 1 : nt, M * J.nch, 0, mm_quantize_item, &J);
+    nt = mm_threads(n_threads, (double)n_out * (double)rb * (double)((M + tile - 1) / tile) + (double)M * n_in);
+    mm_job J = {fn, &A, x, (const uint8_t *)w, out, rb, n_out, n_in, M, 0, 0, tile, NULL, 0, 0, 0, 0, 0};
+    if ((rc = mm_quantize_all(&J, wtype, nt)) != CUCA_OK) return rc;
+    cuca_pool_run(nt, nblocks, mm_chunk((size_t)ROW_BLOCK * rb, nblocks, nt), mm_block_item, &J);
+    cuca_act_free(&A);
+    return CUCA_OK;
+}
+
+/* item u < ngrp: packed group u for every x row, tile by tile; u == ngrp: the raw rows after the full groups */
+static void mm_group_item(void *ctx, int64_t u, int tid) {
+    const mm_job *J = (const mm_job *)ctx;
+    (void)tid;
+    const int64_t nb = J->n_in / QK;
+    if (u == J->ngrp) {
+        for (int64_t m0 = 0; m0 < J->M; m0 += J->tile) {
+            const int nr = J->M - m0 < J->tile ? (int)(J->M - m0) : J->tile;
+            J->fn(J->w + (size_t)J->n_full * J->rb, J->rb, (int)J->n_tail, J->A, m0, nr,
+                  J->out + m0 * J->n_out + J->n_full, J->n_out);
+        }
+        return;
     }
-    /* chunks of about 64 KiB of weights: few claims, and a late thread holds little */
-    int64_t chunk = (int64_t)(65536 / ((size_t)ROW_BLOCK * rb + 1));
-    if (chunk < 1) chunk = 1;
-    if (chunk > nblocks / (nt * 4)) chunk = nblocks / (nt * 4) > 1 ? nblocks / (nt * 4) : 1;
-    cuca_pool_run(nt, nblocks, chunk, mm_block_item, &J);
+    const int64_t n_lo = u * J->R;
+    const int nv = J->n_out - n_lo < J->R ? (int)(J->n_out - n_lo) : J->R;
+    for (int64_t m0 = 0; m0 < J->M; m0 += J->ptile) {
+        const int nr = J->M - m0 < J->ptile ? (int)(J->M - m0) : J->ptile;
+        J->pfn(J->w + (size_t)n_lo * J->rb, nb, J->A, m0, nr, J->out + m0 * J->n_out + n_lo, J->n_out, nv);
+    }
+}
+
+int cuca_matmul_packed_f32(const void *p, int wtype, int64_t n_rows, int64_t n_in, int64_t n_out, const float *x,
+                           int64_t M, float *out, int n_threads) {
+    cuca_act A;
+    int bs, bytes, nt, rc;
+    mm_job J;
+    memset(&J, 0, sizeof(J));
+    if (!cuca_type_block(wtype, &bs, &bytes)) return CUCA_EUNSUPPORTED;
+    if (n_rows <= 0 || n_out <= 0 || n_out > n_rows || n_in <= 0 || n_in % bs || M <= 0 || n_threads < 0)
+        return CUCA_EINVAL;
+    J.R = cuca_pack_rows(wtype);
+    if (J.R == 0 || cuca_tile_p(wtype, &J.pfn, &J.ptile) != CUCA_OK || cuca_tile_q(wtype, &J.fn, &J.tile) != CUCA_OK)
+        return CUCA_EUNSUPPORTED;
+    J.rb = (size_t)(n_in / bs) * (size_t)bytes;
+    J.n_full = n_rows / J.R * J.R;
+    J.ngrp = ((n_out < J.n_full ? n_out : J.n_full) + J.R - 1) / J.R;
+    J.n_tail = n_out > J.n_full ? n_out - J.n_full : 0;
+    J.A = &A;
+    J.x = x;
+    J.w = (const uint8_t *)p;
+    J.out = out;
+    J.n_out = n_out;
+    J.n_in = n_in;
+    J.M = M;
+    const int64_t items = J.ngrp + (J.n_tail > 0);
+    nt = mm_threads(n_threads, (double)n_out * (double)J.rb * (double)((M + J.ptile - 1) / J.ptile) + (double)M * n_in);
+    if ((rc = mm_quantize_all(&J, wtype, nt)) != CUCA_OK) return rc;
+    cuca_pool_run(nt, items, mm_chunk((size_t)J.R * J.rb, items, nt), mm_group_item, &J);
     cuca_act_free(&A);
     return CUCA_OK;
 }

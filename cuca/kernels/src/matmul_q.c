@@ -12,7 +12,9 @@
  *   one vector (lane j and j + 4: block j), so the offset, scaling and accumulation run once per 4 blocks per x
  *   row, one accumulator per row; the weights of a group are unpacked once for every row of the tile.
  * Portable C: scalar, block by block.
- * Every tile size runs the same float sequence for each x row. */
+ * Every tile size runs the same float sequence for each x row.
+ * Where the build packs a format (cuca_pack_rows: Q4_0 with AVX-512 or AVX2, Q8_0 with AVX-512), cuca_tile_q
+ * hands out matmul_p.c's kernel on raw rows instead, so that packed and raw rows give identical results. */
 #include "qmatmul.h"
 
 #if defined(CUCA_AVX512)
@@ -300,6 +302,7 @@ QA_FN(tile_q5_0, GT_Q5_0)
 QA_FN(tile_q5_1, GT_Q5_1)
 
 int cuca_tile_q(int wtype, cuca_tile_fn *fn, int *tile) {
+    if (cuca_pack_rows(wtype) > 0) return cuca_tile_praw(wtype, fn, tile); /* bit-equal to the packed kernel */
     switch (wtype) {
     case GT_Q8_0: *fn = tile_q8_0; break;
     case GT_Q4_0: *fn = tile_q4_0; break;

@@ -124,6 +124,20 @@ int cuca_tile_q(int wtype, cuca_tile_fn *fn, int *tile); /* matmul_q.c: Q8_0 Q4_
 int cuca_tile_k(int wtype, cuca_tile_fn *fn, int *tile); /* matmul_k.c: Q4_K Q5_K Q6_K */
 int cuca_tile_f(int wtype, cuca_tile_fn *fn, int *tile); /* matmul.c: F32 F16 BF16 */
 
+/* matmul_p.c: row-interleaved weights. A group kernel computes out[r * ldo + i] for the nv <= R first rows i of
+ * the packed group g (nb 32-blocks per row) and the x rows m0 + r, r < nr. */
+typedef void (*cuca_pk_fn)(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out,
+                           int64_t ldo, int nv);
+int cuca_pack_rows(int wtype); /* R, the rows interleaved by this build for wtype; 0: not packed */
+/* w (n_out x n_in, raw GGUF) -> dst (the same byte count) in the packed layout */
+int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *dst);
+int cuca_tile_p(int wtype, cuca_pk_fn *fn, int *tile);
+/* the same kernel on raw rows (gathered): the tile kernel of cuca_tile_q for every format this build packs */
+int cuca_tile_praw(int wtype, cuca_tile_fn *fn, int *tile);
+/* matmul.c: out[M, n_out] = x . W^T for the first n_out <= n_rows rows of a packed n_rows x n_in tensor p */
+int cuca_matmul_packed_f32(const void *p, int wtype, int64_t n_rows, int64_t n_in, int64_t n_out, const float *x,
+                           int64_t M, float *out, int n_threads);
+
 /* dequant.c: one row of n_in values; integer codes of one block (code offsets applied) */
 int cuca_dequant_row(const uint8_t *w, int wtype, int64_t n_in, float *out);
 void cuca_codes_q(int wtype, const uint8_t *blk, int32_t *code); /* 32 codes, natural order */

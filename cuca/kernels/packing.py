@@ -1,0 +1,83 @@
+"""Row-interleaved weights, private to the C backend: a Q4_0 / Q8_0 weight that the build packs (`pack_rows`) is
+repacked once, at its first matmul, into the layout of `matmul_packed` (matmul_p.c: one activation load feeds
+16 (AVX-512) or 8 (AVX2) output rows). `Linear.w` and `Linear.wtype` keep their raw GGUF meaning for everyone
+else (cuca.quants, get_rows, other backends).
+
+Memory-neutral: only weights mapped from a GGUF file are packed, and their mapped pages are released once packed
+(MADV_DONTNEED: they stay in the page cache and come back from the file if anyone reads `Linear.w` again), so one
+copy of the weights is resident. A row prefix of a packed weight (`Qwen35.head_rows`: a view of the first n rows)
+uses the packed tensor too.
+"""
+
+from __future__ import annotations
+
+import mmap
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ..models.layers import Linear
+
+# (raw array the packing was made from, packed bytes, rows packed)
+Packed = tuple[np.ndarray, np.ndarray, int]
+
+
+def matmul(k: ModuleType, w: Linear, x: np.ndarray, out: np.ndarray, threads: int) -> None:
+    """out = x @ W.T through the packed layout where this backend and weight have one, else the raw kernel."""
+    p = _packed(k, w)
+    if p is None:
+        k.matmul(w.w, w.wtype, w.n_out, w.n_in, x, out, threads)
+    else:
+        k.matmul_packed(p[1], w.wtype, p[2], w.n_in, x, out, threads)
+
+
+def _packed(k: ModuleType, w: Linear) -> Packed | None:
+    p: Packed | None | bool = getattr(w, "_packed", None)
+    if p is False:
+        return None
+    if isinstance(p, tuple) and p[0] is w.w:
+        return p
+    new = _prefix(p, w) if isinstance(p, tuple) else _pack(k, w)
+    w._packed = new if new is not None else False
+    return new
+
+
+def _prefix(p: Packed, w: Linear) -> Packed | None:
+    """A copy of a packed Linear whose w is now a view of the first n rows of the packed one's w."""
+    src = p[0]
+    same = (isinstance(w.w, np.ndarray) and w.w.ndim == 2 and w.w.shape[1] == src.shape[1]
+            and w.w.shape[0] <= src.shape[0]
+            and w.w.__array_interface__["data"][0] == src.__array_interface__["data"][0])
+    return (w.w, p[1], p[2]) if same else None
+
+
+def _file_map(a: np.ndarray) -> mmap.mmap | None:
+    mm = getattr(a, "_mmap", None)
+    return mm if isinstance(a, np.memmap) and isinstance(mm, mmap.mmap) and a.flags.c_contiguous else None
+
+
+def _pack(k: ModuleType, w: Linear) -> Packed | None:
+    pack_rows = getattr(k, "pack_rows", None)
+    if pack_rows is None or pack_rows(w.wtype) == 0 or w.n_out < pack_rows(w.wtype):
+        return None
+    mm = _file_map(w.w)
+    if mm is None:  # in-memory weights would be held twice
+        return None
+    buf = np.empty(w.w.nbytes + 64, np.uint8)
+    off = -buf.ctypes.data % 64  # whole cache lines per vector load
+    dst = buf[off : off + w.w.nbytes]
+    k.pack(w.w, w.wtype, w.n_out, w.n_in, dst)
+    _release(mm, w.w)
+    return (w.w, dst, w.n_out)
+
+
+def _release(mm: mmap.mmap, a: np.ndarray) -> None:
+    """Drop the mapped pages of a (whole pages inside it) from this process; they stay readable."""
+    base = np.frombuffer(mm, np.uint8).ctypes.data
+    lo = a.ctypes.data - base
+    start = -(-lo // mmap.PAGESIZE) * mmap.PAGESIZE
+    end = (lo + a.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if end > start:
+        mm.madvise(mmap.MADV_DONTNEED, start, end - start)

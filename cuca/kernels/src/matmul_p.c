@@ -1,0 +1,327 @@
+/* Row-interleaved ("packed") Q4_0 / Q8_0 weights and their tile kernels: R = 16 (AVX-512) or 8 (AVX2) weight rows
+ * share one vector, one int32 lane per row, so one broadcast activation dword feeds R output rows and each lane
+ * sums a whole 32-block: per block and x row one int->float conversion, one scale product and one fma for R rows
+ * (the raw kernels spend that on every 4 blocks of one row).
+ *
+ * Layout (same size as the raw tensor): rows in groups of R; a group is one stream of records of K = 64 / (2R)
+ * 32-blocks (the last may hold fewer): the fp16 scales of rows 0..R-1 for each block of the record (one cache
+ * line), then per block its code dwords t (bytes 4t..4t+3 of the codes; Q4_0 t < 4, Q8_0 t < 8) of rows 0..R-1
+ * side by side (R * 4 bytes per t). The n_out % R last rows follow raw.
+ * AVX-512 stores Q8_0 codes + 128 (unsigned for dpbusd; the activation correction c = -128 * sum(a) undoes it).
+ * Raw rows (a packed tensor's last rows, weights kept raw) run the same kernel on vectors transposed from the rows
+ * as they are loaded (pk_rows16 / pk_rows8): a row's result is the same bit for bit wherever it is stored.
+ *
+ * Per (weight row, x row) the float sequence is fixed: acc += float(sumi_b + c_b) * (dw_b * da_b) block by block
+ * in one lane, whatever the tile height or the thread split: batch invariant. */
+#include "qmatmul.h"
+
+/* Packed bytes are prefetched 8 KiB ahead into L2 (T1): interleaved A/B runs (2 threads, M = 1, cold) put that
+ * at 1.3-1.7x the rate of 4 KiB into L1, whose prefetches stall the loads once the miss buffers are full. Raw rows
+ * (16 streams at once) are prefetched CUCA_PREFETCH ahead, a line per row as each one crosses into a new line. */
+#define PK_PF 8192
+#if defined(CUCA_AVX512)
+#define PK_R 16
+#define PK_T 8
+#elif defined(CUCA_AVX2)
+#define PK_R 8
+#define PK_T 4
+#else
+#define PK_R 0
+#define PK_T 1
+#endif
+
+/* code dwords per block */
+#define PK_NT(wt) ((wt) == GT_Q8_0 ? 8 : 4)
+
+/* block b of a group of R rows and nb blocks (code bytes cbytes per block): where its codes and scales are */
+static inline __attribute__((always_inline)) void pk_where(int R, int64_t nb, int64_t b, size_t cbytes,
+                                                           size_t *codes, size_t *scales) {
+    const int K = 64 / (2 * R);
+    const int64_t j = b % K, b0 = b - j, kk = nb - b0 < K ? nb - b0 : K;
+    const size_t rec = (size_t)b0 * (2 * (size_t)R + cbytes);
+    *scales = rec + 2 * (size_t)R * (size_t)j;
+    *codes = rec + 2 * (size_t)R * (size_t)kk + cbytes * (size_t)j;
+}
+
+int cuca_pack_rows(int wtype) {
+    if (wtype == GT_Q4_0) return PK_R;
+#if defined(CUCA_AVX512)
+    if (wtype == GT_Q8_0) return PK_R;
+#endif
+    return 0;
+}
+
+int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *dst) {
+    const int R = cuca_pack_rows(wtype);
+    if (R == 0) return CUCA_EUNSUPPORTED;
+    if (n_out <= 0 || n_in <= 0 || n_in % QK) return CUCA_EINVAL;
+    const int bytes = wtype == GT_Q8_0 ? 34 : 18, nt = PK_NT(wtype);
+    const int64_t nb = n_in / QK, ng = n_out / R;
+    const size_t rb = (size_t)nb * bytes, gb = rb * R;
+    const uint8_t *src = (const uint8_t *)w;
+    uint8_t *out = (uint8_t *)dst;
+    const uint8_t flip = (PK_R == 16 && wtype == GT_Q8_0) ? 0x80 : 0;
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            size_t co, so;
+            pk_where(R, nb, b, (size_t)R * 4 * nt, &co, &so);
+            uint8_t *codes = out + g * gb + co, *scales = out + g * gb + so;
+            for (int r = 0; r < R; r++) {
+                const uint8_t *blk = src + (size_t)(g * R + r) * rb + b * bytes;
+                memcpy(scales + 2 * r, blk, 2);
+                for (int t = 0; t < nt; t++)
+                    for (int k = 0; k < 4; k++) codes[(t * R + r) * 4 + k] = (uint8_t)(blk[2 + 4 * t + k] ^ flip);
+            }
+        }
+    memcpy(out + ng * gb, src + ng * gb, (size_t)(n_out - ng * R) * rb);
+    return CUCA_OK;
+}
+
+#if defined(CUCA_AVX512) || defined(CUCA_AVX2)
+static inline int32_t ld_i32(const void *p) { int32_t v; memcpy(&v, p, 4); return v; }
+
+/* the activation dword holding values v .. v+3 (v % 4 == 0) of block b, its correction c and scale d */
+static inline __attribute__((always_inline)) const int8_t *pk_aq(const int8_t *qs, int64_t b, int v) {
+#if defined(CUCA_AVX512) /* group-interleaved halves (qmatmul.h) */
+    return qs + QK * (b & ~(int64_t)3) + (v < 16 ? 0 : 64) + 16 * (b & 3) + (v & 15);
+#else
+    return qs + QK * b + v;
+#endif
+}
+static inline __attribute__((always_inline)) int64_t pk_ai(int64_t b) {
+#if defined(CUCA_AVX512)
+    return QA_LANES * b;
+#else
+    return 8 * (b >> 2) + (b & 3);
+#endif
+}
+#endif
+
+#if defined(CUCA_AVX512)
+/* raw rows: dwords t0 .. t0+3 of the 16 bytes at p + i * rb for rows i < 16 (rows >= nv read row nv - 1) into
+ * v[0..3], int32 lane i = row i: four 4-row zmm, then a 4 x 4 dword transpose inside each 128-bit lane */
+static inline __attribute__((always_inline)) void pk_rows16(const uint8_t *p, size_t rb, int nv, __m512i *v) {
+    __m512i z[4];
+    for (int k = 0; k < 4; k++) {
+        const int i0 = k < nv ? k : nv - 1, i1 = 4 + k < nv ? 4 + k : nv - 1;
+        const int i2 = 8 + k < nv ? 8 + k : nv - 1, i3 = 12 + k < nv ? 12 + k : nv - 1;
+        __m512i t = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + (size_t)i0 * rb)));
+        t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(p + (size_t)i1 * rb)), 1);
+        t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(p + (size_t)i2 * rb)), 2);
+        z[k] = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(p + (size_t)i3 * rb)), 3);
+    }
+    const __m512i a0 = _mm512_unpacklo_epi32(z[0], z[1]), a1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i a2 = _mm512_unpacklo_epi32(z[2], z[3]), a3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    v[0] = _mm512_unpacklo_epi64(a0, a2);
+    v[1] = _mm512_unpackhi_epi64(a0, a2);
+    v[2] = _mm512_unpacklo_epi64(a1, a3);
+    v[3] = _mm512_unpackhi_epi64(a1, a3);
+}
+
+/* One group of 16 weight rows (g: its packed bytes, nb blocks) for the x rows m0 .. m0+nr-1: out[r * ldo + i] for
+ * rows i < nv. */
+static inline __attribute__((always_inline)) void pk_group(const int wt, const uint8_t *g, int64_t nb,
+                                                           const cuca_act *A, int64_t m0, const int nr, float *out,
+                                                           int64_t ldo, int nv, const size_t rb) {
+    const int nt = PK_NT(wt), bytes = wt == GT_Q8_0 ? 34 : 18;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __mmask16 mk = (__mmask16)(nv >= 16 ? 0xFFFF : (1u << nv) - 1);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)rb));
+    __m512 acc[PK_T];
+    const int8_t *q[PK_T];
+    const int32_t *c[PK_T];
+    const float *d[PK_T];
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) {
+        acc[r] = _mm512_setzero_ps();
+        q[r] = ACT_QS(A, m0 + r);
+        c[r] = ACT_C(A, m0 + r);
+        d[r] = ACT_D(A, m0 + r);
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        size_t co = (size_t)b * bytes, so = 0;
+        if (!rb) pk_where(16, nb, b, 64 * (size_t)nt, &co, &so);
+        const uint8_t *cb = g + co;
+        __m512i u[8], v[8];
+        __m512 dw;
+        if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
+            if ((co & 63) < (size_t)bytes) /* this block starts a new line of each row */
+                for (int i = 0; i < nv; i++) _mm_prefetch((const char *)cb + (size_t)i * rb + CUCA_PREFETCH, _MM_HINT_T0);
+            pk_rows16(cb + 2, rb, nv, v);
+            if (wt == GT_Q8_0) pk_rows16(cb + 18, rb, nv, v + 4);
+            if (wt == GT_Q8_0)
+                for (int t = 0; t < 8; t++) v[t] = _mm512_xor_si512(v[t], _mm512_set1_epi8((char)0x80));
+            dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
+                _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, cb, 1)));
+        } else {
+            for (int o = 0; o <= 64 * nt; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T1);
+            for (int t = 0; t < nt; t++) v[t] = _mm512_loadu_si512(cb + 64 * t);
+            dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + so)));
+        }
+        if (wt == GT_Q8_0) {
+            for (int t = 0; t < 8; t++) u[t] = v[t];
+        } else {
+            for (int t = 0; t < 4; t++) {
+                u[t] = _mm512_and_si512(v[t], m4);
+                u[t + 4] = _mm512_and_si512(_mm512_srli_epi16(v[t], 4), m4);
+            }
+        }
+        #pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
+            __m512i s = _mm512_set1_epi32(c[r][pk_ai(b)]);
+            #pragma GCC unroll 8
+            for (int t = 0; t < 8; t++) /* Q4_0: u[t] = values 4t.. (t < 4) or 16 + 4(t-4).. */
+                s = _mm512_dpbusd_epi32(s, u[t], _mm512_set1_epi32(ld_i32(pk_aq(q[r], b, 4 * t))));
+            const __m512 f = _mm512_mul_ps(dw, _mm512_set1_ps(d[r][pk_ai(b)]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), f, acc[r]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) _mm512_mask_storeu_ps(out + r * ldo, mk, acc[r]);
+}
+
+#elif defined(CUCA_AVX2)
+/* raw rows: dwords 0..3 of the 16 bytes at p + i * rb for rows i < 8 (rows >= nv read row nv - 1) into v[0..3],
+ * int32 lane i = row i: four 2-row ymm, then a 4 x 4 dword transpose inside each 128-bit lane */
+static inline __attribute__((always_inline)) void pk_rows8(const uint8_t *p, size_t rb, int nv, __m256i *v) {
+    __m256i z[4];
+    for (int k = 0; k < 4; k++) {
+        const int i0 = k < nv ? k : nv - 1, i1 = 4 + k < nv ? 4 + k : nv - 1;
+        z[k] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + (size_t)i0 * rb))),
+                                       _mm_loadu_si128((const __m128i *)(p + (size_t)i1 * rb)), 1);
+    }
+    const __m256i a0 = _mm256_unpacklo_epi32(z[0], z[1]), a1 = _mm256_unpackhi_epi32(z[0], z[1]);
+    const __m256i a2 = _mm256_unpacklo_epi32(z[2], z[3]), a3 = _mm256_unpackhi_epi32(z[2], z[3]);
+    v[0] = _mm256_unpacklo_epi64(a0, a2);
+    v[1] = _mm256_unpackhi_epi64(a0, a2);
+    v[2] = _mm256_unpacklo_epi64(a1, a3);
+    v[3] = _mm256_unpackhi_epi64(a1, a3);
+}
+
+/* One group of 8 weight rows (Q4_0 only): per x row and block the 8 code/activation pair products summed in
+ * int16 (|sum| <= 8 * 2 * 15 * 127 < 2^15: exact), widened once, + c. */
+static inline __attribute__((always_inline)) void pk_group(const int wt, const uint8_t *g, int64_t nb,
+                                                           const cuca_act *A, int64_t m0, const int nr, float *out,
+                                                           int64_t ldo, int nv, const size_t rb) {
+    (void)wt;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+    const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 acc[PK_T];
+    const int8_t *q[PK_T];
+    const int32_t *c[PK_T];
+    const float *d[PK_T];
+    #pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+        acc[r] = _mm256_setzero_ps();
+        q[r] = ACT_QS(A, m0 + r);
+        c[r] = ACT_C(A, m0 + r);
+        d[r] = ACT_D(A, m0 + r);
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        size_t co = (size_t)b * 18, so = 0;
+        if (!rb) pk_where(8, nb, b, 128, &co, &so);
+        const uint8_t *cb = g + co;
+        __m256i u[8], v[4];
+        __m256 dw;
+        if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
+            const __m256i z = _mm256_setzero_si256();
+            if ((co & 63) < 18) /* this block starts a new line of each row */
+                for (int i = 0; i < nv; i++) _mm_prefetch((const char *)cb + (size_t)i * rb + CUCA_PREFETCH, _MM_HINT_T0);
+            pk_rows8(cb + 2, rb, nv, v);
+            const __m256i h = _mm256_and_si256(_mm256_mask_i32gather_epi32(z, (const int *)cb, idx, mk, 1),
+                                               _mm256_set1_epi32(0xFFFF));
+            dw = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+        } else {
+            for (int o = 0; o <= 128; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T1);
+            for (int t = 0; t < 4; t++) v[t] = _mm256_loadu_si256((const __m256i *)(cb + 32 * t));
+            dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so)));
+        }
+        for (int t = 0; t < 4; t++) {
+            u[t] = _mm256_and_si256(v[t], m4);
+            u[t + 4] = _mm256_and_si256(_mm256_srli_epi16(v[t], 4), m4);
+        }
+        #pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const int8_t *a = q[r] + QK * b;
+            __m256i p = _mm256_maddubs_epi16(u[0], _mm256_set1_epi32(ld_i32(a)));
+            #pragma GCC unroll 8
+            for (int t = 1; t < 8; t++) /* u[t]: values 4t .. 4t+3 (natural activation order) */
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[t], _mm256_set1_epi32(ld_i32(a + 4 * t))));
+            const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(c[r][pk_ai(b)]));
+            const __m256 f = _mm256_mul_ps(dw, _mm256_set1_ps(d[r][pk_ai(b)]));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), f, acc[r]);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+        if (nv >= 8) {
+            _mm256_storeu_ps(out + r * ldo, acc[r]);
+        } else {
+            float tmp[8];
+            _mm256_storeu_ps(tmp, acc[r]);
+            memcpy(out + r * ldo, tmp, sizeof(float) * (size_t)nv);
+        }
+    }
+}
+#endif
+
+#if PK_R > 0
+#define PK_CASE(wt, n) case n: pk_group(wt, g, nb, A, m0, n, out, ldo, nv, rb); break;
+#if PK_T == 8
+#define PK_CASES(wt) PK_CASE(wt, 1) PK_CASE(wt, 2) PK_CASE(wt, 3) PK_CASE(wt, 4) PK_CASE(wt, 5) PK_CASE(wt, 6) \
+    PK_CASE(wt, 7) PK_CASE(wt, 8)
+#else
+#define PK_CASES(wt) PK_CASE(wt, 1) PK_CASE(wt, 2) PK_CASE(wt, 3) PK_CASE(wt, 4)
+#endif
+/* packed group (rb == 0) or raw rows at stride rb: one kernel, so a row's result never depends on its storage */
+#define PK_FNS(name, wt)                                                                                          \
+    static void name##_any(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out,     \
+                           int64_t ldo, int nv, size_t rb) {                                                     \
+        switch (nr) { PK_CASES(wt) default: break; }                                                              \
+    }                                                                                                             \
+    static void name(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo, \
+                     int nv) {                                                                                    \
+        name##_any(g, nb, A, m0, nr, out, ldo, nv, 0);                                                            \
+    }                                                                                                             \
+    static void name##_raw(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64_t m0, int nr, float *out, \
+                           int64_t ldo) {                                                                         \
+        for (int i = 0; i < nw; i += PK_R)                                                                        \
+            name##_any(w + (size_t)i * rb, A->n_in / QK, A, m0, nr, out + i, ldo, nw - i < PK_R ? nw - i : PK_R, rb); \
+    }
+PK_FNS(pk_q4_0, GT_Q4_0)
+#if defined(CUCA_AVX512)
+PK_FNS(pk_q8_0, GT_Q8_0)
+#endif
+#endif
+
+int cuca_tile_p(int wtype, cuca_pk_fn *fn, int *tile) {
+#if PK_R > 0
+    if (wtype == GT_Q4_0) *fn = pk_q4_0;
+#if defined(CUCA_AVX512)
+    else if (wtype == GT_Q8_0) *fn = pk_q8_0;
+#endif
+    else return CUCA_EUNSUPPORTED;
+    *tile = PK_T;
+    return CUCA_OK;
+#else
+    (void)wtype; (void)fn; (void)tile;
+    return CUCA_EUNSUPPORTED;
+#endif
+}
+
+int cuca_tile_praw(int wtype, cuca_tile_fn *fn, int *tile) {
+#if PK_R > 0
+    if (wtype == GT_Q4_0) *fn = pk_q4_0_raw;
+#if defined(CUCA_AVX512)
+    else if (wtype == GT_Q8_0) *fn = pk_q8_0_raw;
+#endif
+    else return CUCA_EUNSUPPORTED;
+    *tile = PK_T;
+    return CUCA_OK;
+#else
+    (void)wtype; (void)fn; (void)tile;
+    return CUCA_EUNSUPPORTED;
+#endif
+}

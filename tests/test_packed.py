@@ -1,0 +1,173 @@
+"""Row-interleaved (packed) Q4_0 / Q8_0 weights of the C backend (matmul_p.c, cuca.kernels.packing): equal to the
+numpy twin of the raw matmul, bit-for-bit batch invariant (batch size, position, threads, row prefixes), and
+behind Ops: file weights are packed once, their raw bytes stay readable, in-memory weights stay raw."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+from quant_data import random_weight
+
+from cuca import quants as Q
+from cuca.gguf import open_gguf
+from cuca.kernels import _ref, implementations
+from cuca.models.layers import Linear, linear
+from cuca.models.ops import Ops
+
+C = implementations().get("c")
+PACKED = [t for t in (Q.Q4_0, Q.Q8_0) if C is not None and C.pack_rows(t) > 0]
+needs_packed = pytest.mark.skipif(not PACKED, reason="this build packs no format")
+MS = [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32]
+TOL = 1e-6  # |C - numpy| / (|W| @ |x|), as tests/test_matmul.py
+
+
+def packed(w: np.ndarray, wtype: int, n_in: int) -> np.ndarray:
+    assert C is not None
+    p = np.empty(w.nbytes, np.uint8)
+    C.pack(w, wtype, w.shape[0], n_in, p)
+    return p
+
+
+def run(p: np.ndarray, wtype: int, n_rows: int, x: np.ndarray, n_out: int | None = None, threads: int = 0):
+    assert C is not None
+    out = np.full((x.shape[0], n_out or n_rows), np.nan, np.float32)
+    C.matmul_packed(p, wtype, n_rows, x.shape[1], np.ascontiguousarray(x), out, threads)
+    return out
+
+
+def rows(n: int, n_in: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, n_in), dtype=np.float32)
+    x[1] *= np.float32(1e-3)
+    x[2, : n_in // 2] = 0.0
+    return x
+
+
+@needs_packed
+@pytest.mark.parametrize("wtype", PACKED, ids=Q.type_name)
+@pytest.mark.parametrize("n_out", [37, 48, 5])  # full groups + raw rows, whole groups, fewer rows than a group
+def test_packed_matches_numpy(wtype: int, n_out: int) -> None:
+    n_in = 352  # an odd number of 32-blocks
+    w = random_weight(wtype, n_out, n_in, seed=wtype + n_out)
+    p = packed(w, wtype, n_in)
+    x = rows(40, n_in, seed=wtype)
+    want = np.empty((40, n_out), np.float32)
+    _ref.matmul(w, wtype, n_out, n_in, x, want)
+    scale = (np.abs(Q.dequantize64(w, wtype, n_out, n_in)) @ np.abs(x.astype(np.float64)).T).T + 1e-30
+    for M in MS:
+        for start in (0, 40 - M):
+            got = run(p, wtype, n_out, x[start : start + M])
+            err = np.abs(got - want[start : start + M]) / scale[start : start + M]
+            assert err.max() <= TOL, (M, start, err.max())
+
+
+@needs_packed
+@pytest.mark.parametrize("wtype", PACKED, ids=Q.type_name)
+def test_packed_batch_invariance(wtype: int) -> None:
+    """out[m] bit-identical whatever the batch, the row's place, the threads, and how many rows are asked for."""
+    n_out, n_in = 53, 352
+    w = random_weight(wtype, n_out, n_in, seed=200 + wtype)
+    p = packed(w, wtype, n_in)
+    x = rows(40, n_in, seed=wtype)
+    single = np.concatenate([run(p, wtype, n_out, x[m : m + 1], threads=1) for m in range(40)])
+    raw = np.empty_like(single)
+    assert C is not None
+    C.matmul(w, wtype, n_out, n_in, x, raw, 2)
+    assert np.array_equal(raw, single)  # the raw layout runs the same kernel: storage never changes a result
+    rng = np.random.default_rng(wtype)
+    for M in MS[1:] + [40]:
+        pick = rng.permutation(40)[:M]
+        for threads in (1, 2):
+            assert np.array_equal(run(p, wtype, n_out, x[pick], threads=threads), single[pick]), (M, threads)
+        start = int(rng.integers(0, 41 - M))
+        assert np.array_equal(run(p, wtype, n_out, x[start : start + M]), single[start : start + M]), M
+    for n in (1, 7, 16, 21, 48, 50):  # prefixes ending inside a group, on its edge, in the raw rows
+        assert np.array_equal(run(p, wtype, n_out, x[:9], n_out=n), single[:9, :n]), n
+
+
+@needs_packed
+@pytest.mark.parametrize("wtype", PACKED, ids=Q.type_name)
+def test_packed_prefill_sized(wtype: int) -> None:
+    n_out, n_in = 70, 512
+    w = random_weight(wtype, n_out, n_in, seed=9)
+    p = packed(w, wtype, n_in)
+    x = rows(130, n_in, seed=9)
+    batch = run(p, wtype, n_out, x, threads=2)
+    for m in (0, 1, 2, 63, 64, 65, 129):
+        assert np.array_equal(run(p, wtype, n_out, x[m : m + 1], threads=1), batch[m : m + 1]), m
+
+
+@needs_packed
+def test_pack_validation() -> None:
+    assert C is not None
+    t = PACKED[0]
+    w = random_weight(t, 20, 64)
+    p = packed(w, t, 64)
+    x = np.zeros((2, 64), np.float32)
+    for dst in (np.empty(w.nbytes - 1, np.uint8), np.empty(w.nbytes // 4, np.float32)):
+        with pytest.raises((ValueError, TypeError), match="dst"):
+            C.pack(w, t, 20, 64, dst)
+    with pytest.raises(ValueError, match="w"):
+        C.pack(w, t, 21, 64, np.empty(w.nbytes, np.uint8))
+    with pytest.raises(ValueError, match="out"):
+        C.matmul_packed(p, t, 20, 64, x, np.zeros((2, 21), np.float32))
+    with pytest.raises(ValueError, match="x"):
+        C.matmul_packed(p, t, 20, 64, np.zeros((2, 32), np.float32), np.zeros((2, 20), np.float32))
+    with pytest.raises(ValueError, match="n_threads"):
+        C.matmul_packed(p, t, 20, 64, x, np.zeros((2, 20), np.float32), -1)
+    u = Q.Q4_1  # no packed layout in any build
+    wu = random_weight(u, 20, 64)
+    with pytest.raises(ValueError, match="packed layout"):
+        C.pack(wu, u, 20, 64, np.empty(wu.nbytes, np.uint8))
+
+
+def _weights_file(path: Path, wtype: int, n_out: int, n_in: int) -> np.ndarray:
+    raw = random_weight(wtype, n_out, n_in, seed=5)
+    wr = gguf.GGUFWriter(str(path), "llama")
+    wr.add_tensor("w", raw, raw_shape=None, raw_dtype=gguf.GGMLQuantizationType(wtype))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return raw
+
+
+@pytest.mark.parametrize("wtype", [Q.Q4_0, Q.Q8_0], ids=Q.type_name)
+def test_ops_packs_file_weights(tmp_path: Path, wtype: int) -> None:
+    """A file weight is packed at its first matmul (where the build packs it) and computes what matmul_packed
+    does; Linear.w still reads the file's bytes; a row-prefix copy (Qwen35.head_rows) shares the packing."""
+    n_out, n_in = 4096 + 37, 1024  # more than a page per group: the release path drops whole pages
+    raw = _weights_file(tmp_path / "w.gguf", wtype, n_out, n_in)
+    lin = linear(open_gguf(tmp_path / "w.gguf"), "w", n_out, n_in)
+    ops = Ops(2)
+    x = rows(3, n_in, seed=1)
+    got = ops.matmul(lin, x)
+    want = np.empty_like(got)
+    if C is not None and C.pack_rows(wtype) > 0:
+        assert isinstance(lin._packed, tuple)
+        C.matmul_packed(packed(raw, wtype, n_in), wtype, n_out, n_in, x, want)
+    else:
+        ops.k.matmul(raw, wtype, n_out, n_in, x, want)
+    assert np.array_equal(got, want)
+    assert np.array_equal(np.asarray(lin.w), raw)  # released pages come back from the file
+    head = copy.copy(lin)
+    head.w, head.n_out = lin.w[:100], 100
+    assert np.array_equal(ops.matmul(head, x), got[:, :100])
+    if isinstance(lin._packed, tuple):
+        assert isinstance(head._packed, tuple) and head._packed[1] is lin._packed[1]
+
+
+def test_ops_keeps_memory_weights_raw() -> None:
+    """A weight not mapped from a file (requantized, gathered) is not packed: it would be held twice."""
+    lin = object.__new__(Linear)
+    lin.name, lin.wtype, lin.n_out, lin.n_in = "w", Q.Q4_0, 64, 256
+    lin.w = random_weight(Q.Q4_0, 64, 256)
+    ops = Ops(1)
+    x = rows(3, 256, seed=2)
+    want = np.empty((3, 64), np.float32)
+    ops.k.matmul(lin.w, Q.Q4_0, 64, 256, x, want)
+    assert np.array_equal(ops.matmul(lin, x), want)
+    assert lin._packed is False
