@@ -1,6 +1,7 @@
 """The full benchmark report (issue 8, and issue 6 item 3) in one command:
 
     python benchmarks/report.py [--out report/] [--threads 2] [--folder /work/bench] [--quick] [--only NAME ...]
+                                [--reps N] [--max-tokens N] [--kernel-ms M ...]
 
 For each pair in PAIRS (the synthetic real-shape Gemma 4 E2B target + assistant, the synthetic Qwen 3.5 0.8B with
 its in-trunk MTP head when cuca.models.qwen35 exists, the real Gemma 3 270M with prompt lookup): the category
@@ -218,13 +219,18 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="tiny settings, to check the machinery")
     ap.add_argument("--only", nargs="*", default=None, help=f"pairs to run (of {', '.join(PAIRS)}; 'kernels')")
     ap.add_argument("--no-llama", action="store_true")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions per figure (default: each pair's own, 3)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="tokens per reply (default 128)")
+    ap.add_argument("--kernel-ms", type=int, nargs="*", default=None, help="the M values of the pass-cost sweep "
+                    "(default 1..17)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     results: dict[str, Any] = {}
     md = ["# cuca benchmark report", "",
           f"threads {a.threads}; ISA {ISA} (cuca.kernels.ISA: the C kernels' build); "
-          f"{'QUICK settings (machinery check, not figures)' if a.quick else 'full settings'}; "
+          f"{'QUICK settings (machinery check, not figures)' if a.quick else 'full settings'}"
+          f"{f'; reps {a.reps}' if a.reps else ''}{f'; {a.max_tokens} tokens per reply' if a.max_tokens else ''}; "
           f"started {time.strftime('%Y-%m-%d %H:%M:%S')}", ""]
     log = B.stderr_log
     for name, pair in PAIRS.items():
@@ -234,6 +240,10 @@ def main() -> None:
             target, drafter = pair.make(a.folder)
             o = options_for(name, pair, target, drafter, a.threads, a.quick)
             o = replace(o, llama=not a.no_llama)
+            if a.reps is not None:
+                o = replace(o, reps=a.reps)  # the poor-drafter check keeps its own 3 reps
+            if a.max_tokens is not None:
+                o = replace(o, max_tokens=a.max_tokens)
             res = B.run_bench_options(o, log)
             res["note"] = pair.note
         except Skip as e:
@@ -250,7 +260,8 @@ def main() -> None:
         from bench_kernels import pass_costs
 
         fmts = ["Q4_0", "Q8_0"] if a.quick else KERNEL_FORMATS
-        kern = pass_costs(a.folder / "kernels", fmts, a.threads, (1, [1, 2, 4, 17]) if a.quick else (3, None),
+        plan = (1, [1, 2, 4, 17]) if a.quick else (a.reps or 3, a.kernel_ms)
+        kern = pass_costs(a.folder / "kernels", fmts, a.threads, plan,
                           llama=not a.no_llama, log=log)
         md += kernel_table(kern) + [""]
     md = md[:4] + summary(results) + [""] + md[4:]
