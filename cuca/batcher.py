@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,7 @@ import numpy as np
 from .engine import PREFILL_CHUNK, Engine
 from .errors import CucaError
 from .models.batch import Decoder, SeqRows
-from .scheduler import Request
+from .scheduler import QueueWorker, Request
 from .speculative.batch_governor import PassClock
 from .speculative.drafters import Drafter
 from .speculative.governor import Governor
@@ -131,7 +130,7 @@ class _Entry:
     job: Callable[[Lane], Iterator[Any]]
 
 
-class Batcher:
+class Batcher(QueueWorker):
     """A FIFO of requests, `lanes` to run them on, and the stepper thread (started on the first request) that
     serves their model calls in shared passes. The Scheduler's interface: submit, close, pending."""
 
@@ -139,12 +138,9 @@ class Batcher:
                  name: str = "cuca-batcher", row_budget: int = ROW_BUDGET):
         if not lanes:
             raise ValueError("a batcher needs at least one lane")
-        self.model, self.name, self.clock, self.row_budget = model, name, clock, row_budget
+        super().__init__(name)
+        self.model, self.clock, self.row_budget = model, clock, row_budget
         self._free: list[tuple[Lane, LaneModel]] = list(lanes)[::-1]  # popped from the end: lane 0 first
-        self._queue: deque[_Entry] = deque()
-        self._cond = threading.Condition(threading.Lock())
-        self._thread: threading.Thread | None = None
-        self._closed = False
         self._t0 = 0.0  # when the last pass ended
 
     @property
@@ -154,29 +150,11 @@ class Batcher:
     def submit(self, job: Callable[..., Iterator[Any]]) -> Request:
         """Queue `job` (called with its Lane once it has one); its items arrive through the returned request."""
         entry = _Entry(Request(lambda: iter(())), job)
-        with self._cond:
-            if self._closed:
-                raise CucaError(f"{self.name}: the model is closed")
-            self._queue.append(entry)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self._thread.start()
-            self._cond.notify()
+        self._enqueue(entry)
         return entry.req
 
-    def close(self) -> None:
-        """No new requests; the running ones finish, the queued ones are cancelled, the stepper exits."""
-        with self._cond:
-            self._closed = True
-            for e in self._queue:
-                e.req.cancel(CucaError(f"{self.name}: the model was closed before this request started"))
-            self._cond.notify()
-
-    @property
-    def pending(self) -> int:
-        """Requests queued and not yet on a lane."""
-        with self._cond:
-            return len(self._queue)
+    def _request(self, item: Any) -> Request:
+        return item.req
 
     # ---- the stepper ---------------------------------------------------------------------------------------
     def _run(self) -> None:

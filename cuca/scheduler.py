@@ -129,35 +129,36 @@ def _wake(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-class Scheduler:
-    """A FIFO of requests and the one worker thread (started on the first request) that serves them."""
+class QueueWorker:
+    """A FIFO of queued items and the one worker thread (started on the first item) that serves them; `close`
+    cancels what is still queued. Subclasses say how to run (`_run`) and which request an item is (`_request`)."""
 
-    def __init__(self, name: str = "cuca-model"):
+    def __init__(self, name: str):
         self.name = name
-        self._queue: deque[Request] = deque()
+        self._queue: deque[Any] = deque()
         self._cond = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def submit(self, job: JobFn) -> Request:
-        """Queue `job`; its items arrive through the returned request."""
-        req = Request(job)
+    def _enqueue(self, item: Any) -> None:
         with self._cond:
             if self._closed:
                 raise CucaError(f"{self.name}: the model is closed")
-            self._queue.append(req)
+            self._queue.append(item)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
             self._cond.notify()
-        return req
+
+    def _request(self, item: Any) -> Request:
+        return item
 
     def close(self) -> None:
-        """No new requests; the worker finishes the running job, cancels the queued ones and exits."""
+        """No new requests; the running ones finish, the queued ones are cancelled, the worker exits."""
         with self._cond:
             self._closed = True
-            for req in self._queue:
-                req.cancel(CucaError(f"{self.name}: the model was closed before this request started"))
+            for item in self._queue:
+                self._request(item).cancel(CucaError(f"{self.name}: the model was closed before this request started"))
             self._cond.notify()
 
     @property
@@ -165,6 +166,22 @@ class Scheduler:
         """Requests queued and not yet started."""
         with self._cond:
             return len(self._queue)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Scheduler(QueueWorker):
+    """Requests run one at a time, in arrival order, on the worker thread."""
+
+    def __init__(self, name: str = "cuca-model"):
+        super().__init__(name)
+
+    def submit(self, job: JobFn) -> Request:
+        """Queue `job`; its items arrive through the returned request."""
+        req = Request(job)
+        self._enqueue(req)
+        return req
 
     def _run(self) -> None:
         while True:
