@@ -111,7 +111,7 @@ def options_for(name: str, pair: Pair, target: Any, drafter: Any, threads: int, 
         # synthetic weights: the category only changes the prompt, so one prompt per category; the sweep, the
         # curve and the poor drafter use the list prompt
         o = replace(o, controlled=p, acceptance=sorted({0.0, 0.25, 0.5, round(p, 4), 0.9, 1.0}),
-                    sweep_categories=("list",), poor_drafter=True, poor_warmup=4, poor_reps=3)
+                    sweep_categories=("list",), poor_drafter=True, poor_warmup=4, poor_reps=4)
     o = replace(o, **pair.options)
     if quick:
         o = replace(o, reps=1, prompts_per_category=1, max_tokens=32, sweep=(1, 3), poor_warmup=1, poor_reps=1,
@@ -241,7 +241,7 @@ def main() -> None:
             o = options_for(name, pair, target, drafter, a.threads, a.quick)
             o = replace(o, llama=not a.no_llama)
             if a.reps is not None:
-                o = replace(o, reps=a.reps)  # the poor-drafter check keeps its own 3 reps
+                o = replace(o, reps=a.reps)  # the poor-drafter check keeps its own 4 pairs
             if a.max_tokens is not None:
                 o = replace(o, max_tokens=a.max_tokens)
             res = B.run_bench_options(o, log)
