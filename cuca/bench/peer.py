@@ -150,6 +150,8 @@ class Peer:
                 "--seed", "1", "-c", "2048", "--spec-type", spec_type, "--spec-draft-n-max", str(n_draft)]
         if draft_model is not None:
             args += ["-md", str(draft_model)]
+        if spec_type == "ngram-simple":  # its draft length is its m-gram size (default 48), not --spec-draft-n-max
+            args += ["--spec-ngram-simple-size-m", str(n_draft)]
         text, cmd = self._run("llama-speculative-simple", args)
         out = parse_speculative(text)
         out["source"] = f"llama-speculative-simple (native build), this run: {cmd}"
