@@ -233,7 +233,9 @@ def format_report(res: dict[str, Any]) -> str:
         lines.append(f"llama.cpp: skipped ({llama['skipped']})")
     elif llama and "pass_cost" in llama:
         pk = llama.get("peer", {})
-        lines.append(f"llama.cpp: native build {pk.get('pin')} at {pk.get('bin')}")
+        isa = next((x for x in pk.get("build_info") or [] if x.startswith("ISA=")), "")
+        lines.append(f"llama.cpp: {'AVX2-only' if isa.startswith('ISA=avx2') else 'native'} build {pk.get('pin')} "
+                     f"at {pk.get('bin')}")
         lp = llama.get("plain")
         if lp:
             lines.append(f"llama.cpp plain decode (llama-bench {lp['label']}, one figure for every category: it "
