@@ -44,7 +44,8 @@ int cuca_causal_conv_f32(const cuca_causal_conv_args *a) {
     const int64_t W = a->K - 1, C = a->C;
     for (int64_t r = 0; r < W; ++r) memcpy(a->raw + r * a->r_s0, a->window + r * a->w_s0, sizeof(float) * C);
     for (int64_t r = 0; r < a->M; ++r) memcpy(a->raw + (W + r) * a->r_s0, a->x + r * a->x_s0, sizeof(float) * C);
-    cuca_pool_run(hy_threads(a->n_threads, a->M, C * a->K), a->M, 1, conv_item, (void *)a);
+    /* a decode or verify batch (a few rows) is microseconds of work: one thread, no hand-off */
+    cuca_pool_run(hy_threads(a->n_threads, a->M, C * a->K / 32), a->M, 1, conv_item, (void *)a);
     for (int64_t r = 0; r < W; ++r) memcpy(a->window + r * a->w_s0, a->raw + (a->M + r) * a->r_s0, sizeof(float) * C);
     return CUCA_OK;
 }
