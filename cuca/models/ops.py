@@ -3,9 +3,9 @@ through these methods, which always pass the configured thread count.
 
 A backend is a kernel module with the signatures of `cuca.kernels._ckernels` (the C extension; its numpy twins in
 `cuca.kernels._ref` are the second backend) plus the few array helpers below (`empty`, `concat`, `contiguous`,
-the element-wise helpers of the hybrid layers). Both present backends hold numpy arrays, so `Ops` implements the
-helpers with numpy; a backend on another array library subclasses `Ops` and overrides them (the PyTorch one:
-cuca/gpu/ops.py), and no model file changes.
+...). Both present backends hold numpy arrays, so `Ops` implements the helpers with numpy (the hybrid layers'
+element-wise ones, causal_conv, sigmoid and decay, are kernels too); a backend on another array library subclasses
+`Ops` and overrides them (the PyTorch one: cuca/gpu/ops.py), and no model file changes.
 """
 
 from __future__ import annotations
