@@ -194,3 +194,22 @@ def test_ops_keeps_memory_weights_raw() -> None:
     ops.k.matmul(lin.w, Q.Q4_0, 64, 256, x, want)
     assert np.array_equal(ops.matmul(lin, x), want)
     assert lin._packed is False
+
+
+@needs_packed
+@pytest.mark.parametrize("wtype", PACKED)
+def test_packing_on_threads_gives_the_same_bytes(wtype: int) -> None:
+    """pack() on 1..3 threads (a weight past the one-thread size, rows not a multiple of the threads' ranges nor
+    of the interleave) gives the bytes of the one-thread packing."""
+    assert C is not None
+    n_out = 16 * C.pack_rows(wtype) * 7 + 3
+    w = random_weight(wtype, n_out, 2048, seed=4)
+    assert w.nbytes > 1 << 20
+    want = np.empty(w.nbytes, np.uint8)
+    C.pack(w, wtype, n_out, 2048, want, 1)
+    for nt in (0, 2, 3):
+        got = np.empty(w.nbytes, np.uint8)
+        C.pack(w, wtype, n_out, 2048, got, nt)
+        assert np.array_equal(got, want), nt
+    with pytest.raises(ValueError, match="n_threads"):
+        C.pack(w, wtype, n_out, 2048, want, -1)

@@ -46,6 +46,7 @@ class TorchOps(Ops):
     """Kernels on `device` with weights stored as `wdtype`; `threads` > 0 sets torch's CPU thread count."""
 
     requantize_drafters = False  # the product page's Q8_0 drafter is the CPU's choice
+    relocatable_states = False  # captured graphs hold the recurrent states' addresses: a rollback copies into them
 
     def __init__(self, device: str | torch.device = "cpu", wdtype: torch.dtype = torch.float32, threads: int = 0,
                  invariant: bool | None = None, passes: str | None = None):
@@ -363,6 +364,7 @@ class TorchOps(Ops):
         out = raw[0:m] * taps[0]
         for j in range(1, len(taps)):
             out = out + raw[j : j + m] * taps[j]
+        window.copy_(raw[m:])
         return out, raw
 
     def softcap(self, x: Any, cap: float) -> Any:

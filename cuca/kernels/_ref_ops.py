@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["attention", "rms_norm", "add_rms_norm", "rope", "silu_mul", "gelu_mul", "deltanet"]
+__all__ = ["attention", "rms_norm", "add_rms_norm", "rope", "silu_mul", "gelu_mul", "deltanet", "causal_conv",
+           "sigmoid", "decay"]
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 
@@ -343,3 +344,63 @@ def deltanet(q, k, v, g, beta, state, snaps, out, eps, scale, n_threads=0) -> No
         if snaps is not None and t < T - 1:
             snaps[t] = s
     state[...] = s
+
+
+# ---------------------------------------------------------------------------------------------- hybrid layers
+def causal_conv(window, x, taps, raw, out, n_threads=0) -> None:
+    """Depthwise causal conv: raw (M+K-1, C) = [window (K-1, C) | x (M, C)], out[i] = sum_j raw[i+j] * taps[j]
+    (float32 products summed in tap order, as the C kernel), then window = raw[M:] (in place)."""
+    fn = "causal_conv"
+    window, x, taps, raw, out = (_array(fn, n, a, "f", (2,)) for n, a in
+                                 (("window", window), ("x", x), ("taps", taps), ("raw", raw), ("out", out)))
+    _nthreads(fn, n_threads)
+    (m, c), k = x.shape, taps.shape[0]
+    if k < 1 or c < 1:
+        raise ValueError(f"{fn}(): taps must have at least one row and x at least one column")
+    for name, a, shape in (("window", window, (k - 1, c)), ("taps", taps, (k, c)), ("raw", raw, (m + k - 1, c)),
+                           ("out", out, (m, c))):
+        _shape(fn, name, a, shape)
+    named = (("window", window), ("x", x), ("taps", taps), ("raw", raw), ("out", out))
+    for i, (an, a) in enumerate(named):
+        for bn, b in named[i + 1 :]:
+            if an == "window" or bn in ("raw", "out"):
+                _disjoint(fn, bn, b, an, a)
+    for name, a in (("window", window), ("raw", raw), ("out", out)):
+        _writeable(fn, name, a)
+    raw[: k - 1], raw[k - 1 :] = window, x
+    out[...] = raw[0:m] * taps[0]
+    for j in range(1, k):
+        out += raw[j : j + m] * taps[j]
+    window[...] = raw[m:]
+
+
+def _gate_args(fn: str, x, out, n_threads) -> tuple[np.ndarray, np.ndarray]:
+    x = _array(fn, "x" if fn == "sigmoid" else "alpha", x, "f", (2,))
+    out = _array(fn, "out", out, "f", (2,))
+    _nthreads(fn, n_threads)
+    _shape(fn, "out", out, x.shape)
+    _writeable(fn, "out", out)
+    _alias_ok(fn, "out", out, "x" if fn == "sigmoid" else "alpha", x)
+    return x, out
+
+
+def sigmoid(x, out, n_threads=0) -> None:
+    """out = 1 / (1 + exp(-x)) in float64, row by row (out may be x)."""
+    x, out = _gate_args("sigmoid", x, out, n_threads)
+    with np.errstate(over="ignore"):
+        for i in range(x.shape[0]):
+            out[i] = 1.0 / (1.0 + np.exp(-x[i].astype(np.float64)))
+
+
+def decay(alpha, a, dt, out, n_threads=0) -> None:
+    """DeltaNet log-decay out = a * softplus(alpha + dt) in float64, row by row; a, dt (H,) (out may be alpha)."""
+    fn = "decay"
+    alpha, out = _gate_args(fn, alpha, out, n_threads)
+    a, dt = _array(fn, "a", a, "f", (1,)), _array(fn, "dt", dt, "f", (1,))
+    _shape(fn, "a", a, alpha.shape[1:])
+    _shape(fn, "dt", dt, alpha.shape[1:])
+    _disjoint(fn, "out", out, "a", a)
+    _disjoint(fn, "out", out, "dt", dt)
+    a64, dt64 = a.astype(np.float64), dt.astype(np.float64)
+    for i in range(alpha.shape[0]):
+        out[i] = a64 * np.logaddexp(0.0, alpha[i].astype(np.float64) + dt64)

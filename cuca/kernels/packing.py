@@ -26,20 +26,20 @@ Packed = tuple[np.ndarray, np.ndarray, int]
 
 def matmul(k: ModuleType, w: Linear, x: np.ndarray, out: np.ndarray, threads: int) -> None:
     """out = x @ W.T through the packed layout where this backend and weight have one, else the raw kernel."""
-    p = _packed(k, w)
+    p = _packed(k, w, threads)
     if p is None:
         k.matmul(w.w, w.wtype, w.n_out, w.n_in, x, out, threads)
     else:
         k.matmul_packed(p[1], w.wtype, p[2], w.n_in, x, out, threads)
 
 
-def _packed(k: ModuleType, w: Linear) -> Packed | None:
+def _packed(k: ModuleType, w: Linear, threads: int) -> Packed | None:
     p: Packed | None | bool = getattr(w, "_packed", None)
     if p is False:
         return None
     if isinstance(p, tuple) and p[0] is w.w:
         return p
-    new = _prefix(p, w) if isinstance(p, tuple) else _pack(k, w)
+    new = _prefix(p, w) if isinstance(p, tuple) else _pack(k, w, threads)
     w._packed = new if new is not None else False
     return new
 
@@ -58,7 +58,7 @@ def _file_map(a: np.ndarray) -> mmap.mmap | None:
     return mm if isinstance(a, np.memmap) and isinstance(mm, mmap.mmap) and a.flags.c_contiguous else None
 
 
-def _pack(k: ModuleType, w: Linear) -> Packed | None:
+def _pack(k: ModuleType, w: Linear, threads: int) -> Packed | None:
     pack_rows = getattr(k, "pack_rows", None)
     if pack_rows is None or pack_rows(w.wtype) == 0 or w.n_out < pack_rows(w.wtype):
         return None
@@ -68,7 +68,7 @@ def _pack(k: ModuleType, w: Linear) -> Packed | None:
     buf = np.empty(w.w.nbytes + 64, np.uint8)
     off = -buf.ctypes.data % 64  # whole cache lines per vector load
     dst = buf[off : off + w.w.nbytes]
-    k.pack(w.w, w.wtype, w.n_out, w.n_in, dst)
+    k.pack(w.w, w.wtype, w.n_out, w.n_in, dst, threads)  # on the matmul's threads
     _release(mm, w.w)
     return (w.w, dst, w.n_out)
 

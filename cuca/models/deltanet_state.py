@@ -3,7 +3,8 @@ layers' conv windows and recurrent states) and `gdn_chunked`, the chunked DeltaN
 
 Rollback: the cache keeps, for the last batch of up to `max_rollback + 1` tokens, the recurrent state after every
 token (the deltanet kernel writes them as it goes) and the raw conv inputs, so `trim(n)` restores the state after
-the last kept token without recomputing anything.
+the last kept token without recomputing anything. Where the backend allows it (`Ops.relocatable_states`) the trim
+copies no state: the live state becomes that snapshot slot, and the next batch's snapshots go to slots after it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,11 @@ class HybridCache:
         self.kv = ops.kv_cache(n_ctx, [(c.n_head_kv, c.head_dim, c.head_dim)] * sum(not r for r in c.recurrent))
         n_rec = sum(c.recurrent)
         self.conv = [ops.zeros((c.conv - 1, c.conv_dim)) for _ in range(n_rec)]
-        self.ssm = [ops.zeros((c.v_heads, c.d_state, c.d_state)) for _ in range(n_rec)]
+        self._own = [ops.zeros((c.v_heads, c.d_state, c.d_state)) for _ in range(n_rec)]
+        self.ssm = list(self._own)  # the live states: a layer's own array, or (after a trim) a slot of its snapshots
+        self._relocate = bool(getattr(ops, "relocatable_states", False))
+        self._slot = [-1] * n_rec  # the snapshot slot each live state is (-1: its own array)
+        self._base = [0] * n_rec  # the first slot the running batch's snapshots go to
         self.max_snaps = max_snaps
         self._shape = (c.v_heads, c.d_state, c.d_state)
         self._snaps: list[np.ndarray | None] = [None] * n_rec
@@ -79,6 +84,15 @@ class HybridCache:
     def begin(self, m: int) -> bool:
         """A batch of m tokens starts: whether to keep per-token snapshots."""
         self._kept, self._snapped, self._m = m, 1 < m <= self.max_snaps + 1, m
+        if self._snapped:  # the m-1 snapshots go to slots apart from the one a live state is
+            for li, s in enumerate(self._slot):
+                if s < 0 or m - 1 <= s:
+                    self._base[li] = 0
+                elif s + m <= self.max_snaps:
+                    self._base[li] = s + 1
+                else:  # no room on either side: the state moves back to its own array
+                    self._own[li][...] = self.ssm[li]
+                    self.ssm[li], self._slot[li], self._base[li] = self._own[li], -1, 0
         return self._snapped
 
     def snaps(self, li: int) -> np.ndarray | None:
@@ -87,7 +101,8 @@ class HybridCache:
         s = self._snaps[li]
         if s is None:
             s = self._snaps[li] = self.ops.snapshot_buffer((self.max_snaps, *self._shape))
-        return s
+        base = self._base[li]
+        return s[base : base + self._m - 1]
 
     def keep_raw(self, li: int, x: np.ndarray) -> None:
         self._raw[li] = x
@@ -109,7 +124,11 @@ class HybridCache:
         for li, st in enumerate(self.ssm):
             snaps, raw = self._snaps[li], self._raw[li]
             assert snaps is not None and raw is not None
-            st[...] = snaps[keep - 1]
+            slot = self._base[li] + keep - 1
+            if self._relocate:
+                self.ssm[li], self._slot[li] = snaps[slot], slot
+            else:
+                st[...] = snaps[slot]
             self.conv[li][...] = raw[keep : keep + self.conv[li].shape[0]]
         self.kv.trim(n)
         self._kept = keep
@@ -138,7 +157,7 @@ class HybridCache:
 
     @property
     def nbytes(self) -> int:
-        extra = sum(a.nbytes for a in (*self.conv, *self.ssm))
+        extra = sum(a.nbytes for a in (*self.conv, *self._own))
         return self.kv.nbytes + extra + sum(s.nbytes for s in self._snaps if s is not None)
 
 

@@ -3,9 +3,9 @@ through these methods, which always pass the configured thread count.
 
 A backend is a kernel module with the signatures of `cuca.kernels._ckernels` (the C extension; its numpy twins in
 `cuca.kernels._ref` are the second backend) plus the few array helpers below (`empty`, `concat`, `contiguous`,
-the element-wise helpers of the hybrid layers). Both present backends hold numpy arrays, so `Ops` implements the
-helpers with numpy; a backend on another array library subclasses `Ops` and overrides them (the PyTorch one:
-cuca/gpu/ops.py), and no model file changes.
+...). Both present backends hold numpy arrays, so `Ops` implements the helpers with numpy (the hybrid layers'
+element-wise ones, causal_conv, sigmoid and decay, are kernels too); a backend on another array library subclasses
+`Ops` and overrides them (the PyTorch one: cuca/gpu/ops.py), and no model file changes.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ class Ops:
     """The kernel implementation (`k`, a module) and thread count (`threads`, 0 = every core) a model runs with."""
 
     requantize_drafters = True  # a drafter file's float matrices are stored as Q8_0 (it only proposes)
+    relocatable_states = True  # a hybrid cache may swap its live recurrent state for a snapshot slot on rollback
 
     def __init__(self, threads: int = 0, impl: ModuleType | None = None):
         self.k: ModuleType = impl if impl is not None else kernels.impl
@@ -176,22 +177,25 @@ class Ops:
             out[i, ids[i]] = sel[0]
         return out
 
-    # ---- element-wise helpers of the hybrid layers (float64 inside, one row at a time: batch invariant) ------
+    # ---- element-wise helpers of the hybrid layers (kernels computing each row alone: batch invariant) -------
     def sigmoid(self, x: np.ndarray) -> np.ndarray:
-        return _rowwise(_sigmoid, x)
+        """1 / (1 + exp(-x)) of a contiguous (M, H) array, computed in float64."""
+        out = self.empty(x.shape)
+        self.k.sigmoid(x, out, self.threads)
+        return out
 
     def decay(self, alpha: np.ndarray, a: np.ndarray, dt: np.ndarray) -> np.ndarray:
-        """DeltaNet log-decay a * softplus(alpha + dt), a and dt float64 per head."""
-        return _rowwise(lambda r: a * np.logaddexp(0.0, r + dt), alpha)
+        """DeltaNet log-decay a * softplus(alpha + dt) of alpha (M, H), a and dt float32 (H,), in float64."""
+        out = self.empty(alpha.shape)
+        self.k.decay(alpha, a, dt, out, self.threads)
+        return out
 
     def causal_conv(self, window: np.ndarray, x: np.ndarray, taps: Sequence[np.ndarray]) -> tuple[np.ndarray, Any]:
-        """Depthwise causal conv of x (M, C) after `window` (K-1, C) with taps K x (C,), tap K-1 on the current
-        row -> (out (M, C), [window | x] (M+K-1, C), whose last K-1 rows are the next window)."""
-        m = x.shape[0]
-        raw = np.concatenate([window, x])
-        out = raw[0:m] * taps[0]
-        for j in range(1, len(taps)):
-            out += raw[j : j + m] * taps[j]
+        """Depthwise causal conv of x (M, C) after `window` (K-1, C) with taps (K, C), tap K-1 on the current
+        row -> (out (M, C), [window | x] (M+K-1, C)); `window` becomes the next one (its last K-1 rows), in place."""
+        m, c = x.shape
+        out, raw = self.empty((m, c)), self.empty((m + window.shape[0], c))
+        self.k.causal_conv(window, x, taps, raw, out, self.threads)
         return out, raw
 
     def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
@@ -203,14 +207,3 @@ class Ops:
             x *= c
         return x
 
-
-def _rowwise(fn: Any, x: np.ndarray) -> np.ndarray:
-    """fn applied row by row (rows of one fixed length): a row's result never depends on the batch size."""
-    out = np.empty(x.shape, np.float32)
-    for i in range(x.shape[0]):
-        out[i] = fn(x[i].astype(np.float64))
-    return out
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))

@@ -153,9 +153,9 @@ class GDNBlock:
         self.attn_qkv = linear(f, p + "attn_qkv.weight", c.conv_dim, c.n_embd)
         self.attn_gate = linear(f, p + "attn_gate.weight", c.val_dim, c.n_embd)
         self.ssm_conv1d = _matrix(f, p + "ssm_conv1d.weight", (c.conv_dim, c.conv))
-        self.conv_taps = [np.ascontiguousarray(self.ssm_conv1d[:, j]) for j in range(c.conv)]
-        self.ssm_dt = vector(f, p + "ssm_dt.bias", c.v_heads).astype(np.float64)
-        self.ssm_a = vector(f, p + "ssm_a", c.v_heads).astype(np.float64)
+        self.conv_taps = np.ascontiguousarray(self.ssm_conv1d.T)  # (conv, conv_dim): tap j is row j
+        self.ssm_dt = vector(f, p + "ssm_dt.bias", c.v_heads)
+        self.ssm_a = vector(f, p + "ssm_a", c.v_heads)
         self.ssm_beta = linear(f, p + "ssm_beta.weight", c.v_heads, c.n_embd)
         self.ssm_alpha = linear(f, p + "ssm_alpha.weight", c.v_heads, c.n_embd)
         self.ssm_norm = vector(f, p + "ssm_norm.weight", c.d_state)
@@ -260,8 +260,7 @@ class Model(Decoder):
         for s, chunk in zip(batch.seqs, chunked, strict=True):
             r, m, cache = s.rows, s.m, s.cache
             # causal depthwise conv over [window | new rows]; tap conv-1 multiplies the current row
-            x, raw = ops.causal_conv(cache.conv[li], mixed[r], b.conv_taps)
-            cache.conv[li][...] = raw[m:]
+            x, raw = ops.causal_conv(cache.conv[li], mixed[r], b.conv_taps)  # the window moves on in place
             cache.keep_raw(li, raw)
             ops.silu(x)
             q = x[:, :kd].reshape(m, c.k_heads, ds)

@@ -9,11 +9,13 @@
 #include "module_matmul.inc"
 #include "module_ops.inc"
 #include "module_deltanet.inc"
+#include "module_hybrid.inc"
 
 static PyMethodDef cuca_methods[] = {
     CUCA_MATMUL_METHODS
     CUCA_OPS_METHODS
     CUCA_DELTANET_METHODS
+    CUCA_HYBRID_METHODS
     {NULL, NULL, 0, NULL},
 };
 

@@ -64,4 +64,24 @@ typedef struct {
 
 int cuca_deltanet_f32(const cuca_deltanet_args *a);
 
+/* The hybrid layers' element-wise ops (hybrid.c). Depthwise causal conv: raw (M+K-1, C) = [window (K-1, C) | x
+ * (M, C)], out[i] = sum_j raw[i+j] * taps[j] over j = 0..K-1 (float products, summed in tap order), then
+ * window = raw[M:] (the next window). Row strides count floats; rows are contiguous; the arrays are disjoint. */
+typedef struct {
+    float *window;
+    const float *x, *taps;
+    float *raw, *out;
+    ptrdiff_t w_s0, x_s0, t_s0, r_s0, o_s0;
+    int64_t M, C;
+    int K, n_threads;
+} cuca_causal_conv_args;
+
+int cuca_causal_conv_f32(const cuca_causal_conv_args *a);
+/* out = 1 / (1 + exp(-x)) per element, in double; (M, n) rows, out may be x */
+int cuca_gate_sigmoid_f32(const float *x, ptrdiff_t x_s0, float *out, ptrdiff_t o_s0, int64_t M, int64_t n,
+                          int n_threads);
+/* DeltaNet log-decay out[r, h] = a[h] * softplus(alpha[r, h] + dt[h]), in double; out may be alpha */
+int cuca_gate_decay_f32(const float *alpha, ptrdiff_t x_s0, const float *a, const float *dt, float *out,
+                        ptrdiff_t o_s0, int64_t M, int64_t n, int n_threads);
+
 #endif

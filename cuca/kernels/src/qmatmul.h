@@ -131,6 +131,9 @@ typedef void (*cuca_pk_fn)(const uint8_t *g, int64_t nb, const cuca_act *A, int6
 int cuca_pack_rows(int wtype); /* R, the rows interleaved by this build for wtype; 0: not packed */
 /* w (n_out x n_in, raw GGUF) -> dst (the same byte count) in the packed layout */
 int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *dst);
+/* pack.c: the same on up to n_threads threads (<= 0: every CPU); nbytes: w's size */
+int cuca_pack_gguf_threads(const void *w, int wtype, int64_t n_out, int64_t n_in, size_t nbytes, void *dst,
+                           int n_threads);
 int cuca_tile_p(int wtype, cuca_pk_fn *fn, int *tile);
 /* the same kernel on raw rows (gathered): the tile kernel of cuca_tile_q for every format this build packs */
 int cuca_tile_praw(int wtype, cuca_tile_fn *fn, int *tile);
