@@ -31,7 +31,9 @@ static inline __attribute__((always_inline)) void p6_sb(const uint8_t *v, __m512
     __m512i isum[P6_T];
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) isum[r] = _mm512_setzero_si512();
+    #pragma GCC unroll 2
     for (int h = 0; h < 2; h++)
+        #pragma GCC unroll 2
         for (int s = 0; s < 2; s++)
             #pragma GCC unroll 4
             for (int qq = 0; qq < 4; qq++) { /* value 128h + 32qq + 16s + i: group g, scale g */
@@ -39,6 +41,7 @@ static inline __attribute__((always_inline)) void p6_sb(const uint8_t *v, __m512
                 const __m512i sv = _mm512_loadu_si512(v + P6_V * (48 + (g >> 2)));
                 const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(sv, 24 - 8 * (g & 3)), 24);
                 __m512i u[4];
+                #pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) { /* values 4k .. 4k+3 of the group: 4 low bits | 2 high bits << 4 */
                     __m512i L = _mm512_loadu_si512(v + P6_V * (16 * h + 8 * (qq & 1) + 4 * s + k));
                     __m512i H = _mm512_loadu_si512(v + P6_V * (32 + 8 * h + 4 * s + k));
@@ -51,6 +54,7 @@ static inline __attribute__((always_inline)) void p6_sb(const uint8_t *v, __m512
                 for (int r = 0; r < nr; r++) {
                     const int8_t *a = q[r] + QKK * sb + 4 * g; /* layout 2: dword k of group g at 64k + 4g */
                     __m512i t = _mm512_set1_epi32(bs[r][16 * sb + g]);
+                    #pragma GCC unroll 4
                     for (int k = 0; k < 4; k++) t = _mm512_dpbusd_epi32(t, u[k], _mm512_set1_epi32(ld_i32(a + 64 * k)));
                     isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(t, sc));
                 }
@@ -125,7 +129,9 @@ static inline __attribute__((always_inline)) void p6_sb(const uint8_t *v, __m256
     __m256i isum[P6_T];
     #pragma GCC unroll 4
     for (int r = 0; r < nr; r++) isum[r] = _mm256_setzero_si256();
+    #pragma GCC unroll 2
     for (int h = 0; h < 2; h++)
+        #pragma GCC unroll 2
         for (int s = 0; s < 2; s++)
             #pragma GCC unroll 4
             for (int qq = 0; qq < 4; qq++) { /* value 128h + 32qq + 16s + i: group g, scale g */
@@ -134,6 +140,7 @@ static inline __attribute__((always_inline)) void p6_sb(const uint8_t *v, __m256
                 const __m256i sc = _mm256_srai_epi16(
                     _mm256_shuffle_epi8(sv, _mm256_load_si256((const __m256i *)p6_scsel[g & 3])), 8);
                 __m256i u[4];
+                #pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) { /* values 4k .. 4k+3 of the group: 4 low bits | 2 high bits << 4 */
                     __m256i L = _mm256_loadu_si256((const __m256i *)(v + P6_V * (16 * h + 8 * (qq & 1) + 4 * s + k)));
                     __m256i H = _mm256_loadu_si256((const __m256i *)(v + P6_V * (32 + 8 * h + 4 * s + k)));
@@ -146,6 +153,7 @@ static inline __attribute__((always_inline)) void p6_sb(const uint8_t *v, __m256
                 for (int r = 0; r < nr; r++) {
                     const int8_t *a = q[r] + QKK * sb + 16 * g; /* natural order */
                     __m256i p = _mm256_maddubs_epi16(u[0], _mm256_set1_epi32(ld_i32(a)));
+                    #pragma GCC unroll 4
                     for (int k = 1; k < 4; k++)
                         p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[k], _mm256_set1_epi32(ld_i32(a + 4 * k))));
                     p = _mm256_add_epi16(p, _mm256_set1_epi32(bs[r][16 * sb + g]));
