@@ -89,9 +89,10 @@ static inline __attribute__((always_inline)) void p6_group(const uint8_t *g, int
         __m512 dw;
         if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
             const uint8_t *cb = g + (size_t)sb * P6_BYTES;
-            for (int i = 0; i < nv; i++)
-                for (int o = 0; o < P6_BYTES; o += 64)
-                    _mm_prefetch((const char *)cb + (size_t)i * rb + CUCA_PREFETCH + o, _MM_HINT_T0);
+            /* the next group of rows (contiguous, R * rb bytes) a slice per superblock: streams of R rows at
+             * once leave the hardware prefetchers behind (2.5x slower than the packed stream without this) */
+            const uint8_t *nx = g + (size_t)PK_R * rb + (size_t)sb * PK_R * P6_BYTES;
+            for (int o = 0; o < PK_R * P6_BYTES; o += 64) _mm_prefetch((const char *)nx + o, _MM_HINT_T1);
             for (int j = 0; j < P6_NT / 4; j++) pk_rows16(cb + 16 * j, rb, nv, buf + 4 * j);
             /* bytes 206..209 of each row's superblock: d in the high half (never reads past the row) */
             const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, cb + 206, 1);
@@ -188,9 +189,10 @@ static inline __attribute__((always_inline)) void p6_group(const uint8_t *g, int
         __m256 dw;
         if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
             const uint8_t *cb = g + (size_t)sb * P6_BYTES;
-            for (int i = 0; i < nv; i++)
-                for (int o = 0; o < P6_BYTES; o += 64)
-                    _mm_prefetch((const char *)cb + (size_t)i * rb + CUCA_PREFETCH + o, _MM_HINT_T0);
+            /* the next group of rows (contiguous, R * rb bytes) a slice per superblock: streams of R rows at
+             * once leave the hardware prefetchers behind (2.5x slower than the packed stream without this) */
+            const uint8_t *nx = g + (size_t)PK_R * rb + (size_t)sb * PK_R * P6_BYTES;
+            for (int o = 0; o < PK_R * P6_BYTES; o += 64) _mm_prefetch((const char *)nx + o, _MM_HINT_T1);
             for (int j = 0; j < P6_NT / 4; j++) pk_rows8(cb + 16 * j, rb, nv, buf + 4 * j);
             /* bytes 206..209 of each row's superblock: d in the high half (never reads past the row) */
             const __m256i h = _mm256_srli_epi32(
