@@ -4,8 +4,8 @@
                                 [--reps N] [--max-tokens N] [--kernel-ms M ...]
 
 For each pair in PAIRS (the synthetic real-shape Gemma 4 E2B target + assistant, the synthetic Qwen 3.5 0.8B with
-its in-trunk MTP head when cuca.models.qwen35 exists, the real Gemma 3 270M with prompt lookup): the category
-table (plain and governed speculative runs interleaved; synthetic pairs at the published acceptance level by
+its in-trunk MTP head when cuca.models.qwen35 exists, the real Gemma 3 270M and SmolLM2-135M with prompt lookup): the
+category table (plain and governed speculative runs interleaved; synthetic pairs at the published acceptance level by
 controlled acceptance), tokens/s vs draft_tokens, the speedup-vs-acceptance curve (synthetic pairs), a
 poorly-accepted drafter under the governor against plain decoding (synthetic pairs), and llama.cpp's figures on the
 same file from llama.cpp's native build (benchmarks/peer/build_llamacpp.sh), measured in the same run. Then the
@@ -80,15 +80,23 @@ def _qwen35_08b(folder: Path) -> tuple[Any, Any]:
     return path, "in-trunk"
 
 
-def _gemma3_270m(folder: Path) -> tuple[Any, Any]:
+def _preset(name: str) -> tuple[Any, Any]:
     from cuca.errors import CucaError
     from cuca.sources import ModelSource
 
     try:
-        ModelSource.parse("gemma3-270m-q4_k_m").resolve()
+        ModelSource.parse(name).resolve()
     except CucaError as e:
-        raise Skip(f"the gemma3-270m-q4_k_m preset is not installed ({e})") from e
-    return "gemma3-270m-q4_k_m", "prompt-lookup"
+        raise Skip(f"the {name} preset is not installed ({e})") from e
+    return name, "prompt-lookup"
+
+
+def _gemma3_270m(folder: Path) -> tuple[Any, Any]:
+    return _preset("gemma3-270m-q4_k_m")
+
+
+def _smollm2_135m(folder: Path) -> tuple[Any, Any]:
+    return _preset("smollm2-135m-instruct-q4_1")
 
 
 # name -> pair; a new pair (e.g. a real Qwen 3.5 file) plugs in here by name.
@@ -99,6 +107,8 @@ PAIRS: dict[str, Pair] = {
                         "MTP head"),
     "gemma3-270m": Pair(_gemma3_270m, "gemma3", False, "the real Gemma 3 270M (Q4_K_M) with prompt lookup",
                         {"prompts_per_category": 3, "reps": 3}),
+    "smollm2-135m": Pair(_smollm2_135m, "llama", False, "the real SmolLM2-135M-Instruct (Q4_1, the default model "
+                         "the install brings) with prompt lookup", {"prompts_per_category": 2, "reps": 3}),
 }
 
 
@@ -111,7 +121,7 @@ def options_for(name: str, pair: Pair, target: Any, drafter: Any, threads: int, 
         # synthetic weights: the category only changes the prompt, so one prompt per category; the sweep, the
         # curve and the poor drafter use the list prompt
         o = replace(o, controlled=p, acceptance=sorted({0.0, 0.25, 0.5, round(p, 4), 0.9, 1.0}),
-                    sweep_categories=("list",), poor_drafter=True, poor_warmup=4, poor_reps=3)
+                    sweep_categories=("list",), poor_drafter=True, poor_warmup=4, poor_reps=4)
     o = replace(o, **pair.options)
     if quick:
         o = replace(o, reps=1, prompts_per_category=1, max_tokens=32, sweep=(1, 3), poor_warmup=1, poor_reps=1,
@@ -157,6 +167,14 @@ def summary(results: dict[str, Any]) -> list[str]:
                      f"{', llama.cpp ' + _x(v['llama_speedup']) if v.get('llama_speedup') is not None else ''})"
                      for c, v in cats.items()]
             out.append(f"- **{name}** ({res.get('drafter')}): " + "; ".join(parts) + ".")
+        lp_plain = res.get("llama", {}).get("plain", {})
+        if lp_plain.get("cuca_over_llama_plain") is not None:
+            bw = res.get("bandwidth", {})
+            share = {w: bw.get(w, {}).get("of_read_bandwidth") for w in ("cuca", "llama.cpp")}
+            out.append(f"  - plain decode: cuca {lp_plain.get('cuca_plain_tps_same_time')} tok/s vs llama.cpp "
+                       f"{lp_plain.get('plain_tps')} tok/s = **{_x(lp_plain['cuca_over_llama_plain'])}** (same run)"
+                       + (f"; achieved bandwidth {_pct(share['cuca'])} of the read bandwidth (llama.cpp "
+                          f"{_pct(share['llama.cpp'])})" if share["cuca"] is not None else "") + ".")
         if "poor_drafter" in res:
             pd = res["poor_drafter"]
             out.append(f"  - poorly-accepted drafter (P = {pd['probability']}), governed vs plain side by side: "
@@ -241,7 +259,7 @@ def main() -> None:
             o = options_for(name, pair, target, drafter, a.threads, a.quick)
             o = replace(o, llama=not a.no_llama)
             if a.reps is not None:
-                o = replace(o, reps=a.reps)  # the poor-drafter check keeps its own 3 reps
+                o = replace(o, reps=a.reps)  # the poor-drafter check keeps its own 4 pairs
             if a.max_tokens is not None:
                 o = replace(o, max_tokens=a.max_tokens)
             res = B.run_bench_options(o, log)

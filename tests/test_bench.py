@@ -254,6 +254,15 @@ def test_peer_finds_pinned_builds_and_reports_their_own_pin(tmp_path: Path, monk
     assert info["pin"].startswith("llama-cpp-python==0.3.99") and info["build_info"][0] == "llama-cpp-python 0.3.99"
     folder_only = build(tmp_path / "llama-cpp-python-0.4.0", None)
     assert B.Peer(folder_only, 1).info()["pin"].startswith("llama-cpp-python==0.4.0")
+    # an AVX2-only build beside the native one: the peer of an AVX2 build of the kernels, with its own BUILD-INFO
+    avx2 = tmp_path / "llama-cpp-python-0.3.99" / "build-avx2"
+    (avx2 / "bin").mkdir(parents=True)
+    (avx2 / "bin" / "llama-bench").write_text("")
+    (avx2 / "BUILD-INFO").write_text("llama-cpp-python 0.3.99\nversion: 1 (abc)\nISA=avx2\n")
+    monkeypatch.setattr("cuca.kernels.ISA", "avx2")
+    assert B.peer_bin() == avx2 / "bin" and B.Peer(avx2 / "bin", 1).info()["build_info"][-1] == "ISA=avx2"
+    monkeypatch.setattr("cuca.kernels.ISA", "avx512")
+    assert B.peer_bin() == other
     custom = build(tmp_path / "mine", None)
     monkeypatch.setenv("CUCA_LLAMA_BIN", str(custom))
     assert B.peer_bin() == custom and B.Peer(custom, 1).info()["pin"].startswith("unknown build")

@@ -4,16 +4,30 @@
 # repacking on), once, into a cache folder outside the repository. Prints the folder holding the binaries.
 #   benchmarks/peer/build_llamacpp.sh            # build (or reuse) and print the bin folder
 #   CUCA_PEER_CACHE=/some/dir ...                # another cache folder (default ~/.cache/cuca-peer)
-# cuca's benchmarks find the binaries there (or in $CUCA_LLAMA_BIN).
+#   CUCA_PEER_ISA=avx2 ...                       # an AVX2-only build (no AVX-512: what a Zen 3 machine runs) into
+#                                                # build-avx2/, the peer of cuca's CUCA_ISA=avx2 build
+# cuca's benchmarks find the binaries there (or in $CUCA_LLAMA_BIN); an avx2 build of cuca uses build-avx2/ if built.
 set -euo pipefail
 PIN="${CUCA_PEER_PIN:-0.3.36}"
 CACHE="${CUCA_PEER_CACHE:-$HOME/.cache/cuca-peer}"
 ROOT="$CACHE/llama-cpp-python-$PIN"
-BIN="$ROOT/build/bin"
+ISA="${CUCA_PEER_ISA:-native}"
+case "$ISA" in
+    native) BUILD="$ROOT/build"; FLAGS=(-DGGML_NATIVE=ON) ;;
+    avx2) BUILD="$ROOT/build-avx2"
+          FLAGS=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+                 -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF
+                 -DGGML_AVX512_BF16=OFF) ;;
+    *) echo "build_llamacpp.sh: CUCA_PEER_ISA must be native or avx2, not $ISA" >&2; exit 2 ;;
+esac
+BIN="$BUILD/bin"
 TARGETS=(llama-bench llama-server llama-speculative-simple llama-completion)
 
 have_all() { for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || return 1; done; }
-if have_all && [ -f "$ROOT/BUILD-INFO" ]; then echo "$BIN"; exit 0; fi
+# the native build keeps its BUILD-INFO beside the sources (where earlier builds put it), an ISA build in its folder
+INFO="$ROOT/BUILD-INFO"
+if [ "$ISA" != native ]; then INFO="$BUILD/BUILD-INFO"; fi
+if have_all && [ -f "$INFO" ]; then echo "$BIN"; exit 0; fi
 
 mkdir -p "$CACHE"
 if [ ! -d "$ROOT/vendor/llama.cpp" ]; then
@@ -24,16 +38,16 @@ if [ ! -d "$ROOT/vendor/llama.cpp" ]; then
 fi
 # AMX tiles only where this kernel enables them (an AMX build dies with SIGILL otherwise)
 AMX=OFF
-if grep -qw amx_tile /proc/cpuinfo; then AMX=ON; fi
-cmake -S "$ROOT/vendor/llama.cpp" -B "$ROOT/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+if [ "$ISA" = native ] && grep -qw amx_tile /proc/cpuinfo; then AMX=ON; fi
+cmake -S "$ROOT/vendor/llama.cpp" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "${FLAGS[@]}" \
     -DGGML_CPU_REPACK=ON -DGGML_AMX_TILE=$AMX -DGGML_AMX_INT8=$AMX -DGGML_AMX_BF16=$AMX -DGGML_OPENMP=ON \
     -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >&2
-cmake --build "$ROOT/build" -j "$(nproc)" --target "${TARGETS[@]}" >&2
+cmake --build "$BUILD" -j "$(nproc)" --target "${TARGETS[@]}" >&2
 have_all
 {
     echo "llama-cpp-python $PIN"
     "$BIN/llama-bench" --version 2>&1 | head -n 2
-    echo "GGML_NATIVE=ON GGML_CPU_REPACK=ON AMX=$AMX"
-} > "$ROOT/BUILD-INFO"
+    echo "ISA=$ISA ${FLAGS[*]} GGML_CPU_REPACK=ON AMX=$AMX"
+} > "$INFO"
 echo "$BIN"

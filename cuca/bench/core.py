@@ -374,7 +374,7 @@ def run_poor_drafter(b: Bench, prompts: list[str], work: Workload, warmup: int =
     """Issue 6 item 3: a drafter whose acceptance is poor (controlled, P near 0), governed, against plain decoding,
     side by side. The governor is kept across requests (as in a LocalModel): `warmup` governed requests first (it
     measures, switches drafting off and lengthens its probe interval), then `work.reps` plain / governed pairs
-    timed."""
+    timed, in alternating order."""
     reps, max_tokens = work.reps, work.max_tokens
     ids = [b.encode(t) for t in prompts]
     governor = SpeedGovernor()
@@ -387,10 +387,14 @@ def run_poor_drafter(b: Bench, prompts: list[str], work: Workload, warmup: int =
     plain, gov, runs = [], [], []
     for rep in range(reps):
         for j, x in enumerate(ids):
-            plain.append(b.plain(x, max_tokens).tps)
+            first_plain = (rep + j) % 2 == 0  # the order alternates: a drift in load hits both alike
+            if first_plain:
+                plain.append(b.plain(x, max_tokens).tps)
             r = b.spec(x, max_tokens, governor, control=Controlled(probability, refs[j], 10_000 + rep))
             gov.append(r.tps)
             runs.append(r)
+            if not first_plain:
+                plain.append(b.plain(x, max_tokens).tps)
             log(f"  rep {rep + 1} #{j}: plain {plain[-1]:6.2f} tok/s, governed {gov[-1]:6.2f} tok/s")
     ratio = median(gov) / median(plain)
     every = cold + gov  # the cold requests too: the governor's measuring and first probes included

@@ -31,11 +31,15 @@ def peer_pin() -> str:
 
 
 def peer_bin() -> Path | None:
-    """The folder with the native tools: $CUCA_LLAMA_BIN, else the build script's cache folder for peer_pin();
-    None if absent."""
+    """The folder with the native tools: $CUCA_LLAMA_BIN, else the build script's cache folder for peer_pin() (for
+    an AVX2 build of cuca's kernels, the AVX2-only llama.cpp build first, when built: the same SIMD width); None if
+    absent."""
+    from ..kernels import ISA
+
     env = os.environ.get("CUCA_LLAMA_BIN")
-    cache = Path(os.environ.get("CUCA_PEER_CACHE", "~/.cache/cuca-peer")).expanduser()
-    for d in ([Path(env)] if env else []) + [cache / f"llama-cpp-python-{peer_pin()}" / "build" / "bin"]:
+    root = Path(os.environ.get("CUCA_PEER_CACHE", "~/.cache/cuca-peer")).expanduser() / f"llama-cpp-python-{peer_pin()}"
+    builds = (["build-avx2"] if ISA == "avx2" else []) + ["build"]
+    for d in ([Path(env)] if env else []) + [root / b / "bin" for b in builds]:
         if (d / "llama-bench").is_file():
             return d
     return None
@@ -49,7 +53,7 @@ def build_pin(bin_dir: Path, build_info: list[str] | None) -> str | None:
         if m:
             return m.group(1)
     m = re.fullmatch(r"llama-cpp-python-(.+)", bin_dir.parent.parent.name)
-    return m.group(1) if m and bin_dir.name == "bin" and bin_dir.parent.name == "build" else None
+    return m.group(1) if m and bin_dir.name == "bin" and bin_dir.parent.name in ("build", "build-avx2") else None
 
 
 def parse_llama_bench(text: str) -> list[dict[str, Any]]:
@@ -104,8 +108,10 @@ class Peer:
 
     def info(self) -> dict[str, Any]:
         """Where the tools are and which build they are (the pin read from the build itself, not assumed)."""
-        f = self.bin.parent.parent / "BUILD-INFO"
-        lines = f.read_text().strip().splitlines() if f.is_file() else None
+        # the build folder's own BUILD-INFO (an ISA-specific build), else the one beside the sources
+        f = next((g for g in (self.bin.parent / "BUILD-INFO", self.bin.parent.parent / "BUILD-INFO") if g.is_file()),
+                 None)
+        lines = f.read_text().strip().splitlines() if f is not None else None
         pin = build_pin(self.bin, lines)
         return {"bin": str(self.bin),
                 "pin": f"llama-cpp-python=={pin} (vendored llama.cpp)" if pin else
@@ -150,6 +156,8 @@ class Peer:
                 "--seed", "1", "-c", "2048", "--spec-type", spec_type, "--spec-draft-n-max", str(n_draft)]
         if draft_model is not None:
             args += ["-md", str(draft_model)]
+        if spec_type == "ngram-simple":  # its draft length is its m-gram size (default 48), not --spec-draft-n-max
+            args += ["--spec-ngram-simple-size-m", str(n_draft)]
         text, cmd = self._run("llama-speculative-simple", args)
         out = parse_speculative(text)
         out["source"] = f"llama-speculative-simple (native build), this run: {cmd}"

@@ -86,6 +86,8 @@ def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
         "load_average": _load(), "device": o.device,
     }
     log(f"== {res['name']}: {b.path.name} ({b.arch}), drafter {b.drafter_name}, threads {b.threads}")
+    # the read bandwidth swings with the machine's other tenants: sampled at the start, middle and end of the run
+    reads = [read_bandwidth(b.threads)] if o.bandwidth else []
     if b.lm.drafter is not None:
         log("categories")
         res.update(run_categories(b, prompts, Workload(o.max_tokens, o.reps), o.governed, o.controlled, log))
@@ -106,22 +108,30 @@ def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
                  for c, ts in prompts.items()}
         res["categories"] = {c: {"plain_tps": _rnd(median(v), 2), "plain_tps_range": spread(v)}
                              for c, v in plain.items()}
+    if o.bandwidth:
+        reads.append(read_bandwidth(b.threads))
     if o.llama:
         log("llama.cpp")
         ms = sorted(set(o.pass_sizes) | {1, o.draft_tokens + 1})
         res["llama"] = run_llama(b, prompts, Workload(o.max_tokens, max(1, o.reps // 2)), ms, log=log)
     _attach_llama(res)
     if o.bandwidth:
-        res["bandwidth"] = _bandwidth(res, b.path, b.threads)
+        reads.append(read_bandwidth(b.threads))
+        res["bandwidth"] = _bandwidth(res, b.path, reads)
     b.close()
     res["seconds"] = round(time.perf_counter() - t0, 1)
     res["load_average_end"] = _load()
     return res
 
 
-def _bandwidth(res: dict[str, Any], path: Path, threads: int) -> dict[str, Any]:
-    """Read bandwidth now, weight bytes per token, and each engine's achieved GB/s from its plain decode medians."""
-    bw = read_bandwidth(threads)
+def _bandwidth(res: dict[str, Any], path: Path, reads: list[dict[str, Any]]) -> dict[str, Any]:
+    """The read bandwidth samples of this run (their median is the ceiling), weight bytes per token, and each
+    engine's achieved GB/s from its plain decode medians."""
+    samples = [r["gbs"] for r in reads if "gbs" in r]
+    bw = dict(reads[-1])
+    if samples:
+        bw.update(gbs=_rnd(median(samples), 2), samples=samples,
+                  source=f"{bw.get('source', '')}; median of {len(samples)} samples (start, middle, end of the run)")
     per_tok = weight_bytes_per_token(path)
     cats = res.get("categories", {}).values()
     cuca_tps = median([c["plain_tps"] for c in cats if c.get("plain_tps")])
@@ -223,7 +233,9 @@ def format_report(res: dict[str, Any]) -> str:
         lines.append(f"llama.cpp: skipped ({llama['skipped']})")
     elif llama and "pass_cost" in llama:
         pk = llama.get("peer", {})
-        lines.append(f"llama.cpp: native build {pk.get('pin')} at {pk.get('bin')}")
+        isa = next((x for x in pk.get("build_info") or [] if x.startswith("ISA=")), "")
+        lines.append(f"llama.cpp: {'AVX2-only' if isa.startswith('ISA=avx2') else 'native'} build {pk.get('pin')} "
+                     f"at {pk.get('bin')}")
         lp = llama.get("plain")
         if lp:
             lines.append(f"llama.cpp plain decode (llama-bench {lp['label']}, one figure for every category: it "
@@ -241,8 +253,10 @@ def format_report(res: dict[str, Any]) -> str:
     bw = res.get("bandwidth")
     if bw:
         rd = bw["read"]
-        lines.append(f"read bandwidth now: {_f(rd.get('gbs'))} GB/s ({rd.get('threads', '-')} threads)"
-                     if "gbs" in rd else f"read bandwidth: {rd.get('skipped')}")
+        samples = " / ".join(f"{x:.1f}" for x in rd.get("samples", []))
+        lines.append(f"read bandwidth in this run: {_f(rd.get('gbs'))} GB/s ({rd.get('threads', '-')} threads; median"
+                     f" of {samples} at the start, middle, end)" if "gbs" in rd
+                     else f"read bandwidth: {rd.get('skipped')}")
         for who in ("cuca", "llama.cpp"):
             e = bw[who]
             lines.append(f"  {who:10s} decode {_f(e['plain_tps'])} tok/s x {bw['weight_bytes_per_token'] / 1e6:.1f} "

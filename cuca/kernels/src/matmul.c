@@ -27,37 +27,60 @@ static inline __attribute__((always_inline)) __m512 f_load(const int wt, const u
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-static inline __attribute__((always_inline)) void f_tile(const int wt, const uint8_t *w, const cuca_act *A,
-                                                         int64_t m0, const int nr, float *out, int64_t ldo) {
-    const int64_t n = A->n_in;
-    const float *x = A->xf + m0 * n;
-    __m512 acc0[F_T], acc1[F_T];
+/* wr <= 4 weight rows (w + i * rb) x xr <= 2 x rows (x + r * n): each x chunk is loaded once for all wr rows and
+ * each weight chunk once for both x rows, so x (float32, up to M x n_in x 4 bytes) no longer streams through L1
+ * once per weight row. Per (weight row, x row) pair the float sequence is fixed: even 16-chunks into acc0, odd ones
+ * into acc1, hsum(acc0 + acc1), whatever wr, xr or the tile height. */
+static inline __attribute__((always_inline)) void f_micro(const int wt, const uint8_t *w, size_t rb, const int wr,
+                                                          const float *x, int64_t n, const int xr, float *out,
+                                                          int64_t ldo) {
+    __m512 acc0[4][2], acc1[4][2];
     int64_t k = 0;
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
+    #pragma GCC unroll 4
+    for (int i = 0; i < wr; i++)
+        #pragma GCC unroll 2
+        for (int r = 0; r < xr; r++) acc0[i][r] = acc1[i][r] = _mm512_setzero_ps();
     for (; k + 32 <= n; k += 32) {
-        cuca_prefetch(w + k * (wt == GT_F32 ? 4 : 2), wt == GT_F32 ? 128 : 64);
-        const __m512 w0 = f_load(wt, w, k, 0xFFFF), w1 = f_load(wt, w, k + 16, 0xFFFF);
-        #pragma GCC unroll 8
-        for (int r = 0; r < nr; r++) {
-            acc0[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + r * n + k), acc0[r]);
-            acc1[r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + r * n + k + 16), acc1[r]);
+        __m512 x0[2], x1[2];
+        #pragma GCC unroll 2
+        for (int r = 0; r < xr; r++) {
+            x0[r] = _mm512_loadu_ps(x + r * n + k);
+            x1[r] = _mm512_loadu_ps(x + r * n + k + 16);
+        }
+        #pragma GCC unroll 4
+        for (int i = 0; i < wr; i++) {
+            const uint8_t *wi = w + (size_t)i * rb;
+            cuca_prefetch(wi + k * (wt == GT_F32 ? 4 : 2), wt == GT_F32 ? 128 : 64);
+            const __m512 w0 = f_load(wt, wi, k, 0xFFFF), w1 = f_load(wt, wi, k + 16, 0xFFFF);
+            #pragma GCC unroll 2
+            for (int r = 0; r < xr; r++) {
+                acc0[i][r] = _mm512_fmadd_ps(w0, x0[r], acc0[i][r]);
+                acc1[i][r] = _mm512_fmadd_ps(w1, x1[r], acc1[i][r]);
+            }
         }
     }
     if (k < n) {
         const int64_t rem = n - k;
         const __mmask16 m0m = (__mmask16)(rem >= 16 ? 0xFFFF : (1u << rem) - 1);
         const __mmask16 m1m = (__mmask16)(rem <= 16 ? 0 : (1u << (rem - 16)) - 1);
-        const __m512 w0 = f_load(wt, w, k, m0m), w1 = f_load(wt, w, k + 16, m1m);
-        #pragma GCC unroll 8
-        for (int r = 0; r < nr; r++) {
-            acc0[r] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0m, x + r * n + k), acc0[r]);
-            if (rem > 16) acc1[r] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1m, x + r * n + k + 16), acc1[r]);
+        #pragma GCC unroll 4
+        for (int i = 0; i < wr; i++) {
+            const uint8_t *wi = w + (size_t)i * rb;
+            const __m512 w0 = f_load(wt, wi, k, m0m), w1 = f_load(wt, wi, k + 16, m1m);
+            #pragma GCC unroll 2
+            for (int r = 0; r < xr; r++) {
+                acc0[i][r] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0m, x + r * n + k), acc0[i][r]);
+                if (rem > 16) acc1[i][r] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1m, x + r * n + k + 16), acc1[i][r]);
+            }
         }
     }
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(_mm512_add_ps(acc0[r], acc1[r]));
+    #pragma GCC unroll 4
+    for (int i = 0; i < wr; i++)
+        #pragma GCC unroll 2
+        for (int r = 0; r < xr; r++) out[i + r * ldo] = hsum512(_mm512_add_ps(acc0[i][r], acc1[i][r]));
 }
+#define F_WR 4
+#define F_XR 2
 
 #elif defined(CUCA_AVX2)
 #define F_T 4
@@ -75,36 +98,55 @@ static inline __attribute__((always_inline)) __m256 f_load(const int wt, const u
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-static inline __attribute__((always_inline)) void f_tile(const int wt, const uint8_t *w, const cuca_act *A,
-                                                         int64_t m0, const int nr, float *out, int64_t ldo) {
-    const int64_t n = A->n_in;
-    const float *x = A->xf + m0 * n;
-    __m256 acc0[F_T], acc1[F_T];
+/* wr <= 2 weight rows x xr <= 2 x rows, as the AVX-512 f_micro (16 ymm: 8 accumulators, 4 x, 2 w): per pair
+ * even 8-chunks into acc0, odd into acc1, hsum(acc0 + acc1), then the n % 16 tail in order with fmaf. */
+static inline __attribute__((always_inline)) void f_micro(const int wt, const uint8_t *w, size_t rb, const int wr,
+                                                          const float *x, int64_t n, const int xr, float *out,
+                                                          int64_t ldo) {
+    __m256 acc0[2][2], acc1[2][2];
     int64_t k = 0;
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+    #pragma GCC unroll 2
+    for (int i = 0; i < wr; i++)
+        #pragma GCC unroll 2
+        for (int r = 0; r < xr; r++) acc0[i][r] = acc1[i][r] = _mm256_setzero_ps();
     for (; k + 16 <= n; k += 16) {
-        cuca_prefetch(w + k * (wt == GT_F32 ? 4 : 2), wt == GT_F32 ? 64 : 32);
-        const __m256 w0 = f_load(wt, w, k), w1 = f_load(wt, w, k + 8);
-        #pragma GCC unroll 8
-        for (int r = 0; r < nr; r++) {
-            acc0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * n + k), acc0[r]);
-            acc1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * n + k + 8), acc1[r]);
+        __m256 x0[2], x1[2];
+        #pragma GCC unroll 2
+        for (int r = 0; r < xr; r++) {
+            x0[r] = _mm256_loadu_ps(x + r * n + k);
+            x1[r] = _mm256_loadu_ps(x + r * n + k + 8);
+        }
+        #pragma GCC unroll 2
+        for (int i = 0; i < wr; i++) {
+            const uint8_t *wi = w + (size_t)i * rb;
+            cuca_prefetch(wi + k * (wt == GT_F32 ? 4 : 2), wt == GT_F32 ? 64 : 32);
+            const __m256 w0 = f_load(wt, wi, k), w1 = f_load(wt, wi, k + 8);
+            #pragma GCC unroll 2
+            for (int r = 0; r < xr; r++) {
+                acc0[i][r] = _mm256_fmadd_ps(w0, x0[r], acc0[i][r]);
+                acc1[i][r] = _mm256_fmadd_ps(w1, x1[r], acc1[i][r]);
+            }
         }
     }
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) {
-        float s = hsum256(_mm256_add_ps(acc0[r], acc1[r]));
-        for (int64_t j = k; j < n; j++) {
-            float wj;
-            if (wt == GT_F32) memcpy(&wj, w + 4 * j, 4);
-            else if (wt == GT_F16) wj = cuca_h2f(cuca_ld16(w + 2 * j));
-            else { uint32_t b = (uint32_t)cuca_ld16(w + 2 * j) << 16; memcpy(&wj, &b, 4); }
-            s = fmaf(wj, x[r * n + j], s);
+    #pragma GCC unroll 2
+    for (int i = 0; i < wr; i++) {
+        const uint8_t *wi = w + (size_t)i * rb;
+        #pragma GCC unroll 2
+        for (int r = 0; r < xr; r++) {
+            float s = hsum256(_mm256_add_ps(acc0[i][r], acc1[i][r]));
+            for (int64_t j = k; j < n; j++) {
+                float wj;
+                if (wt == GT_F32) memcpy(&wj, wi + 4 * j, 4);
+                else if (wt == GT_F16) wj = cuca_h2f(cuca_ld16(wi + 2 * j));
+                else { uint32_t b = (uint32_t)cuca_ld16(wi + 2 * j) << 16; memcpy(&wj, &b, 4); }
+                s = fmaf(wj, x[r * n + j], s);
+            }
+            out[i + r * ldo] = s;
         }
-        out[r * ldo] = s;
     }
 }
+#define F_WR 2
+#define F_XR 2
 
 #else
 #define F_T 4
@@ -131,7 +173,31 @@ static inline void f_tile(const int wt, const uint8_t *w, const cuca_act *A, int
 }
 #endif
 
-#if F_T == 8
+#if defined(F_WR)
+/* the tile: blocks of F_WR weight rows x F_XR x rows, each block its own specialised f_micro */
+#define F_CASE(a, b) case (a) * 4 + (b): f_micro(wt, w + (size_t)i * rb, rb, a, x + (size_t)r * n, n, b, o, ldo); break;
+static inline __attribute__((always_inline)) void f_tiles(const int wt, const uint8_t *w, size_t rb, int nw,
+                                                          const cuca_act *A, int64_t m0, int nr, float *out,
+                                                          int64_t ldo) {
+    const int64_t n = A->n_in;
+    const float *x = A->xf + m0 * n;
+    for (int i = 0; i < nw; i += F_WR)
+        for (int r = 0; r < nr; r += F_XR) {
+            const int wr = nw - i < F_WR ? nw - i : F_WR, xr = nr - r < F_XR ? nr - r : F_XR;
+            float *o = out + i + (int64_t)r * ldo;
+            switch (wr * 4 + xr) {
+                F_CASE(1, 1) F_CASE(1, 2) F_CASE(2, 1) F_CASE(2, 2)
+#if F_WR == 4
+                F_CASE(3, 1) F_CASE(3, 2) F_CASE(4, 1) F_CASE(4, 2)
+#endif
+            default: break;
+            }
+        }
+}
+#define F_FN(name, wt)                                                                                            \
+    static void name(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64_t m0, int nr, float *out,     \
+                     int64_t ldo) { f_tiles(wt, w, rb, nw, A, m0, nr, out, ldo); }
+#elif F_T == 8
 #define F_FN(name, wt) CUCA_TILE_FN(name, f_tile, wt, 8)
 #else
 #define F_FN(name, wt) CUCA_TILE_FN(name, f_tile, wt, 4)
