@@ -67,6 +67,33 @@ def test_packed_matches_numpy(wtype: int, n_out: int) -> None:
 
 @needs_packed
 @pytest.mark.parametrize("wtype", PACKED, ids=Q.type_name)
+def test_packed_extreme_codes(wtype: int) -> None:
+    """Codes at the ends of their range (Q8_0: -128, which quantizers never write, and +-127; Q6_K: 0 and 63 with
+    scales -128 / +-127) against activations at +-127: the int16 pair sums of a u8 x s8 scheme that saturates (or
+    wraps past the true range) would show here."""
+    n_out, n_in = 21, 256  # two groups (AVX2) + raw rows
+    rng = np.random.default_rng(wtype)
+    w = random_weight(wtype, n_out, n_in, seed=wtype).reshape(n_out, n_in // Q.BLOCK[wtype][0], -1)
+    if wtype == Q.Q6_K:  # ql, qh all-0 / all-1 bytes, then the 16 int8 scales; d (bytes 208, 209) kept
+        w[:, :, :192] = rng.choice(np.array([0x00, 0xFF], np.uint8), w[:, :, :192].shape)
+        w[:, :, 192:208] = rng.choice(np.array([-128, -127, 127], np.int8), w[:, :, 192:208].shape).view(np.uint8)
+    elif wtype == Q.Q8_0:
+        w[:, :, 2:] = rng.choice(np.array([-128, -127, 127], np.int8), w[:, :, 2:].shape).view(np.uint8)
+    else:
+        w[:, :, 2:] = rng.choice(np.array([0x00, 0xFF, 0x0F, 0xF0], np.uint8), w[:, :, 2:].shape)
+    w = np.ascontiguousarray(w.reshape(n_out, -1))
+    x = rng.choice(np.array([-1.0, 1.0], np.float32), (9, n_in))
+    x[0] = -1.0  # every product of a -128 code at its largest
+    want = np.empty((9, n_out), np.float32)
+    _ref.matmul(w, wtype, n_out, n_in, x, want)
+    scale = (np.abs(Q.dequantize64(w, wtype, n_out, n_in)) @ np.abs(x.astype(np.float64)).T).T + 1e-30
+    for M in (1, 4, 9):
+        err = np.abs(run(packed(w, wtype, n_in), wtype, n_out, x[:M]) - want[:M]) / scale[:M]
+        assert err.max() <= TOL, (M, err.max())
+
+
+@needs_packed
+@pytest.mark.parametrize("wtype", PACKED, ids=Q.type_name)
 def test_packed_batch_invariance(wtype: int) -> None:
     """out[m] bit-identical whatever the batch (every M up to 17, the largest tile), the row's place, the threads,
     and how many rows are asked for; the n_out % R last rows (kept raw) included."""

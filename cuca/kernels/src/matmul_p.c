@@ -1,13 +1,15 @@
-/* Row-interleaved ("packed") Q4_0 / Q8_0 weights (Q6_K: matmul_p6.c) and their tile kernels: R = 16 (AVX-512) or 8 (AVX2) weight rows
- * share one vector, one int32 lane per row, so one broadcast activation dword feeds R output rows and each lane
- * sums a whole 32-block: per block and x row one int->float conversion, one scale product and one fma for R rows
+/* Row-interleaved ("packed") Q4_0 / Q8_0 weights (Q6_K: matmul_p6.c) and their tile kernels: R = 16 (AVX-512)
+ * or 8 (AVX2) weight rows share one vector, one int32 lane per row, so one broadcast activation dword feeds R
+ * output rows and each lane sums a whole 32-block: per block and x row one int->float conversion, one scale
+ * product and one fma for R rows
  * (the raw kernels spend that on every 4 blocks of one row).
  *
  * Layout (same size as the raw tensor): rows in groups of R; a group is one stream of records of K = 64 / (2R)
  * 32-blocks (the last may hold fewer): the fp16 scales of rows 0..R-1 for each block of the record (one cache
  * line), then per block its code dwords t (bytes 4t..4t+3 of the codes; Q4_0 t < 4, Q8_0 t < 8) of rows 0..R-1
  * side by side (R * 4 bytes per t). The n_out % R last rows follow raw.
- * AVX-512 stores Q8_0 codes + 128 (unsigned for dpbusd; the activation correction c = -128 * sum(a) undoes it).
+ * AVX-512 stores Q8_0 codes + 128 (unsigned for dpbusd; the activation correction c = -128 * sum(a) undoes it);
+ * AVX2 keeps them signed (pk_group_q8: no VNNI, maddubs by the sign trick).
  * Raw rows (a packed tensor's last rows, weights kept raw) run the same kernel on vectors transposed from the rows
  * as they are loaded (pk_rows16 / pk_rows8): a row's result is the same bit for bit wherever it is stored.
  *
@@ -18,13 +20,7 @@
 /* code dwords per block (Q6_K: its 208 bytes before d: ql, qh, the 16 sub-block scales; matmul_p6.c) */
 #define PK_NT(wt) ((wt) == GT_Q6_K ? 52 : (wt) == GT_Q8_0 ? 8 : 4)
 
-int cuca_pack_rows(int wtype) {
-    if (wtype == GT_Q4_0 || wtype == GT_Q6_K) return PK_R;
-#if defined(CUCA_AVX512)
-    if (wtype == GT_Q8_0) return PK_R;
-#endif
-    return 0;
-}
+int cuca_pack_rows(int wtype) { return wtype == GT_Q4_0 || wtype == GT_Q8_0 || wtype == GT_Q6_K ? PK_R : 0; }
 
 int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *dst) {
     const int R = cuca_pack_rows(wtype), k6 = wtype == GT_Q6_K;
@@ -137,7 +133,7 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
 }
 
 #elif defined(CUCA_AVX2)
-/* One group of 8 weight rows (Q4_0 only): per x row and block the 8 code/activation pair products summed in
+/* One group of 8 weight rows, Q4_0: per x row and block the 8 code/activation pair products summed in
  * int16 (|sum| <= 8 * 2 * 15 * 127 < 2^15: exact), widened once, + c. */
 static inline __attribute__((always_inline)) void pk_group(const int wt, const uint8_t *g, int64_t nb,
                                                            const cuca_act *A, int64_t m0, const int nr, float *out,
@@ -203,16 +199,87 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
         }
     }
 }
+
+/* One group of 8 weight rows, Q8_0, by the sign trick: per code dword t and x row maddubs(|w|, a * sign(w))
+ * (|w| <= 128, |a| <= 127: each pair sum <= 32512, exact in int16; two could overflow, so madd widens each at
+ * once), summed in int32. The codes stay signed (no offset: c = 0). */
+static inline __attribute__((always_inline)) void pk_group_q8(const uint8_t *g, int64_t nb, const cuca_act *A,
+                                                              int64_t m0, const int nr, float *out, int64_t ldo,
+                                                              int nv, const size_t rb) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+    const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 acc[PK_T8];
+    const int8_t *q[PK_T8];
+    const float *d[PK_T8];
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) {
+        acc[r] = _mm256_setzero_ps();
+        q[r] = ACT_QS(A, m0 + r);
+        d[r] = ACT_D(A, m0 + r);
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        size_t co = (size_t)b * 34, so = 0;
+        if (!rb) pk_where(8, nb, b, 256, &co, &so);
+        const uint8_t *cb = g + co;
+        __m256i v[8], s[PK_T8];
+        __m256 dw;
+        if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
+            const __m256i z = _mm256_setzero_si256();
+            if ((co & 63) < 34) /* this block starts a new line of each row */
+                for (int i = 0; i < nv; i++) _mm_prefetch((const char *)cb + (size_t)i * rb + CUCA_PREFETCH, _MM_HINT_T0);
+            pk_rows8(cb + 2, rb, nv, v);
+            pk_rows8(cb + 18, rb, nv, v + 4);
+            const __m256i h = _mm256_and_si256(_mm256_mask_i32gather_epi32(z, (const int *)cb, idx, mk, 1),
+                                               _mm256_set1_epi32(0xFFFF));
+            dw = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+        } else {
+            for (int o = 0; o <= 256; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T1);
+            for (int t = 0; t < 8; t++) v[t] = _mm256_loadu_si256((const __m256i *)(cb + 32 * t));
+            dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so)));
+        }
+        #pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) {
+            const __m256i wa = _mm256_sign_epi8(v[t], v[t]); /* |w|; -128 reads as 128 unsigned */
+            #pragma GCC unroll 8
+            for (int r = 0; r < nr; r++) {
+                const __m256i a = _mm256_sign_epi8(_mm256_set1_epi32(ld_i32(q[r] + QK * b + 4 * t)), v[t]);
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, a), ones);
+                s[r] = t ? _mm256_add_epi32(s[r], p) : p;
+            }
+        }
+        #pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
+            const __m256 f = _mm256_mul_ps(dw, _mm256_set1_ps(d[r][pk_ai(b)]));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), f, acc[r]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) {
+        if (nv >= 8) {
+            _mm256_storeu_ps(out + r * ldo, acc[r]);
+        } else {
+            float tmp[8];
+            _mm256_storeu_ps(tmp, acc[r]);
+            memcpy(out + r * ldo, tmp, sizeof(float) * (size_t)nv);
+        }
+    }
+}
 #endif
 
 #if PK_R > 0
-#define PK_CASE(wt, n) case n: pk_group(wt, g, nb, A, m0, n, out, ldo, nv, rb); break;
-#if PK_T == 8
+/* the group kernel of format wt: AVX2 Q8_0 has its own (sign trick, tile PK_T8), the others share pk_group */
+#if defined(CUCA_AVX2)
+#define PK_GROUP(wt, n) \
+    ((wt) == GT_Q8_0 ? pk_group_q8(g, nb, A, m0, n, out, ldo, nv, rb) : pk_group(wt, g, nb, A, m0, n, out, ldo, nv, rb))
+#define PK_TILE(wt) ((wt) == GT_Q8_0 ? PK_T8 : PK_T)
+#else
+#define PK_GROUP(wt, n) pk_group(wt, g, nb, A, m0, n, out, ldo, nv, rb)
+#define PK_TILE(wt) PK_T
+#endif
+#define PK_CASE(wt, n) case n: if (n <= PK_TILE(wt)) PK_GROUP(wt, n); break;
 #define PK_CASES(wt) PK_CASE(wt, 1) PK_CASE(wt, 2) PK_CASE(wt, 3) PK_CASE(wt, 4) PK_CASE(wt, 5) PK_CASE(wt, 6) \
     PK_CASE(wt, 7) PK_CASE(wt, 8)
-#else
-#define PK_CASES(wt) PK_CASE(wt, 1) PK_CASE(wt, 2) PK_CASE(wt, 3) PK_CASE(wt, 4)
-#endif
 /* packed group (rb == 0) or raw rows at stride rb: one kernel, so a row's result never depends on its storage */
 #define PK_FNS(name, wt)                                                                                          \
     static void name##_any(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out,     \
@@ -229,20 +296,16 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
             name##_any(w + (size_t)i * rb, A->n_in / QK, A, m0, nr, out + i, ldo, nw - i < PK_R ? nw - i : PK_R, rb); \
     }
 PK_FNS(pk_q4_0, GT_Q4_0)
-#if defined(CUCA_AVX512)
 PK_FNS(pk_q8_0, GT_Q8_0)
-#endif
 #endif
 
 int cuca_tile_p(int wtype, cuca_pk_fn *fn, int *tile) {
     if (wtype == GT_Q6_K) return cuca_tile_p6(fn, tile);
 #if PK_R > 0
     if (wtype == GT_Q4_0) *fn = pk_q4_0;
-#if defined(CUCA_AVX512)
     else if (wtype == GT_Q8_0) *fn = pk_q8_0;
-#endif
     else return CUCA_EUNSUPPORTED;
-    *tile = PK_T;
+    *tile = PK_TILE(wtype);
     return CUCA_OK;
 #else
     (void)wtype; (void)fn; (void)tile;
@@ -254,11 +317,9 @@ int cuca_tile_praw(int wtype, cuca_tile_fn *fn, int *tile) {
     if (wtype == GT_Q6_K) return cuca_tile_p6raw(fn, tile);
 #if PK_R > 0
     if (wtype == GT_Q4_0) *fn = pk_q4_0_raw;
-#if defined(CUCA_AVX512)
     else if (wtype == GT_Q8_0) *fn = pk_q8_0_raw;
-#endif
     else return CUCA_EUNSUPPORTED;
-    *tile = PK_T;
+    *tile = PK_TILE(wtype);
     return CUCA_OK;
 #else
     (void)wtype; (void)fn; (void)tile;
