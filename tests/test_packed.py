@@ -1,4 +1,4 @@
-"""Row-interleaved (packed) Q4_0 / Q8_0 weights of the C backend (matmul_p.c, cuca.kernels.packing): equal to the
+"""Row-interleaved (packed) Q4_0 / Q8_0 / Q6_K weights of the C backend (matmul_p.c, cuca.kernels.packing): equal to the
 numpy twin of the raw matmul, bit-for-bit batch invariant (batch size, position, threads, row prefixes), and
 behind Ops: file weights are packed once, their raw bytes stay readable, in-memory weights stay raw."""
 
@@ -19,9 +19,10 @@ from cuca.models.layers import Linear, linear
 from cuca.models.ops import Ops
 
 C = implementations().get("c")
-PACKED = [t for t in (Q.Q4_0, Q.Q8_0) if C is not None and C.pack_rows(t) > 0]
+PACKED = [t for t in (Q.Q4_0, Q.Q8_0, Q.Q6_K) if C is not None and C.pack_rows(t) > 0]
 needs_packed = pytest.mark.skipif(not PACKED, reason="this build packs no format")
 MS = [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32]
+N_IN = {Q.Q4_0: 352, Q.Q8_0: 352, Q.Q6_K: 768}  # odd numbers of blocks: a record (matmul_p.c) holds fewer
 TOL = 1e-6  # |C - numpy| / (|W| @ |x|), as tests/test_matmul.py
 
 
@@ -50,7 +51,7 @@ def rows(n: int, n_in: int, seed: int) -> np.ndarray:
 @pytest.mark.parametrize("wtype", PACKED, ids=Q.type_name)
 @pytest.mark.parametrize("n_out", [37, 48, 5])  # full groups + raw rows, whole groups, fewer rows than a group
 def test_packed_matches_numpy(wtype: int, n_out: int) -> None:
-    n_in = 352  # an odd number of 32-blocks
+    n_in = N_IN[wtype]
     w = random_weight(wtype, n_out, n_in, seed=wtype + n_out)
     p = packed(w, wtype, n_in)
     x = rows(40, n_in, seed=wtype)
@@ -67,12 +68,16 @@ def test_packed_matches_numpy(wtype: int, n_out: int) -> None:
 @needs_packed
 @pytest.mark.parametrize("wtype", PACKED, ids=Q.type_name)
 def test_packed_extreme_codes(wtype: int) -> None:
-    """Codes at the ends of their range (Q8_0: -128, which quantizers never write, and +-127) against activations
-    at +-127: the int16 pair sums of a u8 x s8 scheme that saturates would show here."""
+    """Codes at the ends of their range (Q8_0: -128, which quantizers never write, and +-127; Q6_K: 0 and 63 with
+    scales -128 / +-127) against activations at +-127: the int16 pair sums of a u8 x s8 scheme that saturates (or
+    wraps past the true range) would show here."""
     n_out, n_in = 21, 256  # two groups (AVX2) + raw rows
     rng = np.random.default_rng(wtype)
-    w = random_weight(wtype, n_out, n_in, seed=wtype).reshape(n_out, n_in // 32, -1)
-    if wtype == Q.Q8_0:
+    w = random_weight(wtype, n_out, n_in, seed=wtype).reshape(n_out, n_in // Q.BLOCK[wtype][0], -1)
+    if wtype == Q.Q6_K:  # ql, qh all-0 / all-1 bytes, then the 16 int8 scales; d (bytes 208, 209) kept
+        w[:, :, :192] = rng.choice(np.array([0x00, 0xFF], np.uint8), w[:, :, :192].shape)
+        w[:, :, 192:208] = rng.choice(np.array([-128, -127, 127], np.int8), w[:, :, 192:208].shape).view(np.uint8)
+    elif wtype == Q.Q8_0:
         w[:, :, 2:] = rng.choice(np.array([-128, -127, 127], np.int8), w[:, :, 2:].shape).view(np.uint8)
     else:
         w[:, :, 2:] = rng.choice(np.array([0x00, 0xFF, 0x0F, 0xF0], np.uint8), w[:, :, 2:].shape)
@@ -90,8 +95,9 @@ def test_packed_extreme_codes(wtype: int) -> None:
 @needs_packed
 @pytest.mark.parametrize("wtype", PACKED, ids=Q.type_name)
 def test_packed_batch_invariance(wtype: int) -> None:
-    """out[m] bit-identical whatever the batch, the row's place, the threads, and how many rows are asked for."""
-    n_out, n_in = 53, 352
+    """out[m] bit-identical whatever the batch (every M up to 17, the largest tile), the row's place, the threads,
+    and how many rows are asked for; the n_out % R last rows (kept raw) included."""
+    n_out, n_in = 53, N_IN[wtype]
     w = random_weight(wtype, n_out, n_in, seed=200 + wtype)
     p = packed(w, wtype, n_in)
     x = rows(40, n_in, seed=wtype)
@@ -101,7 +107,7 @@ def test_packed_batch_invariance(wtype: int) -> None:
     C.matmul(w, wtype, n_out, n_in, x, raw, 2)
     assert np.array_equal(raw, single)  # the raw layout runs the same kernel: storage never changes a result
     rng = np.random.default_rng(wtype)
-    for M in MS[1:] + [40]:
+    for M in list(range(2, 18)) + [32, 40]:
         pick = rng.permutation(40)[:M]
         for threads in (1, 2):
             assert np.array_equal(run(p, wtype, n_out, x[pick], threads=threads), single[pick]), (M, threads)
@@ -158,7 +164,7 @@ def _weights_file(path: Path, wtype: int, n_out: int, n_in: int) -> np.ndarray:
     return raw
 
 
-@pytest.mark.parametrize("wtype", [Q.Q4_0, Q.Q8_0], ids=Q.type_name)
+@pytest.mark.parametrize("wtype", [Q.Q4_0, Q.Q8_0, Q.Q6_K], ids=Q.type_name)
 def test_ops_packs_file_weights(tmp_path: Path, wtype: int) -> None:
     """A file weight is packed at its first matmul (where the build packs it) and computes what matmul_packed
     does; Linear.w still reads the file's bytes; a row-prefix copy (Qwen35.head_rows) shares the packing."""

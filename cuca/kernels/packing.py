@@ -1,7 +1,7 @@
-"""Row-interleaved weights, private to the C backend: a Q4_0 / Q8_0 weight that the build packs (`pack_rows`) is
-repacked once, at its first matmul, into the layout of `matmul_packed` (matmul_p.c: one activation load feeds
-16 (AVX-512) or 8 (AVX2) output rows). `Linear.w` and `Linear.wtype` keep their raw GGUF meaning for everyone
-else (cuca.quants, get_rows, other backends).
+"""Row-interleaved weights, private to the C backend: a Q4_0 / Q8_0 / Q6_K weight that the build packs
+(`pack_rows`) is repacked once, at its first matmul, into the layout of `matmul_packed` (matmul_p.c, matmul_p6.c:
+one activation load feeds 16 (AVX-512) or 8 (AVX2) output rows). `Linear.w` and `Linear.wtype` keep their raw
+GGUF meaning for everyone else (cuca.quants, get_rows, other backends).
 
 Memory-neutral: only weights mapped from a GGUF file are packed, and their mapped pages are released once packed
 (MADV_DONTNEED: they stay in the page cache and come back from the file if anyone reads `Linear.w` again), so one

@@ -166,7 +166,7 @@ typedef struct {
     /* packed weights: the group kernel, rows per group, groups computed, raw rows after the full groups */
     cuca_pk_fn pfn;
     int R, ptile;
-    int64_t ngrp, n_full, n_tail;
+    int64_t ngrp, n_full, n_tail, nb; /* nb: blocks per weight row */
 } mm_job;
 
 /* item u: values [lo, hi) blocks of activation row u / nch, in chunks of 512 values (one row is shared out too) */
@@ -238,7 +238,7 @@ int cuca_matmul_gguf_f32(const void *w, int wtype, int64_t n_out, int64_t n_in, 
 static void mm_group_item(void *ctx, int64_t u, int tid) {
     const mm_job *J = (const mm_job *)ctx;
     (void)tid;
-    const int64_t nb = J->n_in / QK;
+    const int64_t nb = J->nb;
     if (u == J->ngrp) {
         for (int64_t m0 = 0; m0 < J->M; m0 += J->tile) {
             const int nr = J->M - m0 < J->tile ? (int)(J->M - m0) : J->tile;
@@ -267,7 +267,8 @@ int cuca_matmul_packed_f32(const void *p, int wtype, int64_t n_rows, int64_t n_i
     J.R = cuca_pack_rows(wtype);
     if (J.R == 0 || cuca_tile_p(wtype, &J.pfn, &J.ptile) != CUCA_OK || cuca_tile_q(wtype, &J.fn, &J.tile) != CUCA_OK)
         return CUCA_EUNSUPPORTED;
-    J.rb = (size_t)(n_in / bs) * (size_t)bytes;
+    J.nb = n_in / bs;
+    J.rb = (size_t)J.nb * (size_t)bytes;
     J.n_full = n_rows / J.R * J.R;
     J.ngrp = ((n_out < J.n_full ? n_out : J.n_full) + J.R - 1) / J.R;
     J.n_tail = n_out > J.n_full ? n_out - J.n_full : 0;

@@ -1,6 +1,7 @@
-/* Row-interleaved ("packed") Q4_0 / Q8_0 weights and their tile kernels: R = 16 (AVX-512) or 8 (AVX2) weight rows
- * share one vector, one int32 lane per row, so one broadcast activation dword feeds R output rows and each lane
- * sums a whole 32-block: per block and x row one int->float conversion, one scale product and one fma for R rows
+/* Row-interleaved ("packed") Q4_0 / Q8_0 weights (Q6_K: matmul_p6.c) and their tile kernels: R = 16 (AVX-512)
+ * or 8 (AVX2) weight rows share one vector, one int32 lane per row, so one broadcast activation dword feeds R
+ * output rows and each lane sums a whole 32-block: per block and x row one int->float conversion, one scale
+ * product and one fma for R rows
  * (the raw kernels spend that on every 4 blocks of one row).
  *
  * Layout (same size as the raw tensor): rows in groups of R; a group is one stream of records of K = 64 / (2R)
@@ -14,45 +15,20 @@
  *
  * Per (weight row, x row) the float sequence is fixed: acc += float(sumi_b + c_b) * (dw_b * da_b) block by block
  * in one lane, whatever the tile height or the thread split: batch invariant. */
-#include "qmatmul.h"
+#include "packed.h"
 
-/* Packed bytes are prefetched 8 KiB ahead into L2 (T1): interleaved A/B runs (2 threads, M = 1, cold) put that
- * at 1.3-1.7x the rate of 4 KiB into L1, whose prefetches stall the loads once the miss buffers are full. Raw rows
- * (16 streams at once) are prefetched CUCA_PREFETCH ahead, a line per row as each one crosses into a new line. */
-#define PK_PF 8192
-#if defined(CUCA_AVX512)
-#define PK_R 16
-#define PK_T 8
-#elif defined(CUCA_AVX2)
-#define PK_R 8
-#define PK_T 4
-#define PK_T8 4 /* Q8_0's tile (sign trick); 8 measured no faster */
-#else
-#define PK_R 0
-#define PK_T 1
-#endif
+/* code dwords per block (Q6_K: its 208 bytes before d: ql, qh, the 16 sub-block scales; matmul_p6.c) */
+#define PK_NT(wt) ((wt) == GT_Q6_K ? 52 : (wt) == GT_Q8_0 ? 8 : 4)
 
-/* code dwords per block */
-#define PK_NT(wt) ((wt) == GT_Q8_0 ? 8 : 4)
-
-/* block b of a group of R rows and nb blocks (code bytes cbytes per block): where its codes and scales are */
-static inline __attribute__((always_inline)) void pk_where(int R, int64_t nb, int64_t b, size_t cbytes,
-                                                           size_t *codes, size_t *scales) {
-    const int K = 64 / (2 * R);
-    const int64_t j = b % K, b0 = b - j, kk = nb - b0 < K ? nb - b0 : K;
-    const size_t rec = (size_t)b0 * (2 * (size_t)R + cbytes);
-    *scales = rec + 2 * (size_t)R * (size_t)j;
-    *codes = rec + 2 * (size_t)R * (size_t)kk + cbytes * (size_t)j;
-}
-
-int cuca_pack_rows(int wtype) { return wtype == GT_Q4_0 || wtype == GT_Q8_0 ? PK_R : 0; }
+int cuca_pack_rows(int wtype) { return wtype == GT_Q4_0 || wtype == GT_Q8_0 || wtype == GT_Q6_K ? PK_R : 0; }
 
 int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *dst) {
-    const int R = cuca_pack_rows(wtype);
+    const int R = cuca_pack_rows(wtype), k6 = wtype == GT_Q6_K;
     if (R == 0) return CUCA_EUNSUPPORTED;
-    if (n_out <= 0 || n_in <= 0 || n_in % QK) return CUCA_EINVAL;
-    const int bytes = wtype == GT_Q8_0 ? 34 : 18, nt = PK_NT(wtype);
-    const int64_t nb = n_in / QK, ng = n_out / R;
+    const int bs = k6 ? QKK : QK, bytes = k6 ? 210 : wtype == GT_Q8_0 ? 34 : 18, nt = PK_NT(wtype);
+    const int doff = k6 ? 208 : 0, coff = k6 ? 0 : 2; /* where a block's fp16 scale and its code dwords are */
+    if (n_out <= 0 || n_in <= 0 || n_in % bs) return CUCA_EINVAL;
+    const int64_t nb = n_in / bs, ng = n_out / R;
     const size_t rb = (size_t)nb * bytes, gb = rb * R;
     const uint8_t *src = (const uint8_t *)w;
     uint8_t *out = (uint8_t *)dst;
@@ -64,9 +40,9 @@ int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *
             uint8_t *codes = out + g * gb + co, *scales = out + g * gb + so;
             for (int r = 0; r < R; r++) {
                 const uint8_t *blk = src + (size_t)(g * R + r) * rb + b * bytes;
-                memcpy(scales + 2 * r, blk, 2);
+                memcpy(scales + 2 * r, blk + doff, 2);
                 for (int t = 0; t < nt; t++)
-                    for (int k = 0; k < 4; k++) codes[(t * R + r) * 4 + k] = (uint8_t)(blk[2 + 4 * t + k] ^ flip);
+                    for (int k = 0; k < 4; k++) codes[(t * R + r) * 4 + k] = (uint8_t)(blk[coff + 4 * t + k] ^ flip);
             }
         }
     memcpy(out + ng * gb, src + ng * gb, (size_t)(n_out - ng * R) * rb);
@@ -74,7 +50,6 @@ int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *
 }
 
 #if defined(CUCA_AVX512) || defined(CUCA_AVX2)
-static inline int32_t ld_i32(const void *p) { int32_t v; memcpy(&v, p, 4); return v; }
 
 /* the activation dword holding values v .. v+3 (v % 4 == 0) of block b, its correction c and scale d */
 static inline __attribute__((always_inline)) const int8_t *pk_aq(const int8_t *qs, int64_t b, int v) {
@@ -94,26 +69,6 @@ static inline __attribute__((always_inline)) int64_t pk_ai(int64_t b) {
 #endif
 
 #if defined(CUCA_AVX512)
-/* raw rows: dwords t0 .. t0+3 of the 16 bytes at p + i * rb for rows i < 16 (rows >= nv read row nv - 1) into
- * v[0..3], int32 lane i = row i: four 4-row zmm, then a 4 x 4 dword transpose inside each 128-bit lane */
-static inline __attribute__((always_inline)) void pk_rows16(const uint8_t *p, size_t rb, int nv, __m512i *v) {
-    __m512i z[4];
-    for (int k = 0; k < 4; k++) {
-        const int i0 = k < nv ? k : nv - 1, i1 = 4 + k < nv ? 4 + k : nv - 1;
-        const int i2 = 8 + k < nv ? 8 + k : nv - 1, i3 = 12 + k < nv ? 12 + k : nv - 1;
-        __m512i t = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + (size_t)i0 * rb)));
-        t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(p + (size_t)i1 * rb)), 1);
-        t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(p + (size_t)i2 * rb)), 2);
-        z[k] = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(p + (size_t)i3 * rb)), 3);
-    }
-    const __m512i a0 = _mm512_unpacklo_epi32(z[0], z[1]), a1 = _mm512_unpackhi_epi32(z[0], z[1]);
-    const __m512i a2 = _mm512_unpacklo_epi32(z[2], z[3]), a3 = _mm512_unpackhi_epi32(z[2], z[3]);
-    v[0] = _mm512_unpacklo_epi64(a0, a2);
-    v[1] = _mm512_unpackhi_epi64(a0, a2);
-    v[2] = _mm512_unpacklo_epi64(a1, a3);
-    v[3] = _mm512_unpackhi_epi64(a1, a3);
-}
-
 /* One group of 16 weight rows (g: its packed bytes, nb blocks) for the x rows m0 .. m0+nr-1: out[r * ldo + i] for
  * rows i < nv. */
 static inline __attribute__((always_inline)) void pk_group(const int wt, const uint8_t *g, int64_t nb,
@@ -178,23 +133,6 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
 }
 
 #elif defined(CUCA_AVX2)
-/* raw rows: dwords 0..3 of the 16 bytes at p + i * rb for rows i < 8 (rows >= nv read row nv - 1) into v[0..3],
- * int32 lane i = row i: four 2-row ymm, then a 4 x 4 dword transpose inside each 128-bit lane */
-static inline __attribute__((always_inline)) void pk_rows8(const uint8_t *p, size_t rb, int nv, __m256i *v) {
-    __m256i z[4];
-    for (int k = 0; k < 4; k++) {
-        const int i0 = k < nv ? k : nv - 1, i1 = 4 + k < nv ? 4 + k : nv - 1;
-        z[k] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + (size_t)i0 * rb))),
-                                       _mm_loadu_si128((const __m128i *)(p + (size_t)i1 * rb)), 1);
-    }
-    const __m256i a0 = _mm256_unpacklo_epi32(z[0], z[1]), a1 = _mm256_unpackhi_epi32(z[0], z[1]);
-    const __m256i a2 = _mm256_unpacklo_epi32(z[2], z[3]), a3 = _mm256_unpackhi_epi32(z[2], z[3]);
-    v[0] = _mm256_unpacklo_epi64(a0, a2);
-    v[1] = _mm256_unpackhi_epi64(a0, a2);
-    v[2] = _mm256_unpacklo_epi64(a1, a3);
-    v[3] = _mm256_unpackhi_epi64(a1, a3);
-}
-
 /* One group of 8 weight rows, Q4_0: per x row and block the 8 code/activation pair products summed in
  * int16 (|sum| <= 8 * 2 * 15 * 127 < 2^15: exact), widened once, + c. */
 static inline __attribute__((always_inline)) void pk_group(const int wt, const uint8_t *g, int64_t nb,
@@ -362,6 +300,7 @@ PK_FNS(pk_q8_0, GT_Q8_0)
 #endif
 
 int cuca_tile_p(int wtype, cuca_pk_fn *fn, int *tile) {
+    if (wtype == GT_Q6_K) return cuca_tile_p6(fn, tile);
 #if PK_R > 0
     if (wtype == GT_Q4_0) *fn = pk_q4_0;
     else if (wtype == GT_Q8_0) *fn = pk_q8_0;
@@ -375,6 +314,7 @@ int cuca_tile_p(int wtype, cuca_pk_fn *fn, int *tile) {
 }
 
 int cuca_tile_praw(int wtype, cuca_tile_fn *fn, int *tile) {
+    if (wtype == GT_Q6_K) return cuca_tile_p6raw(fn, tile);
 #if PK_R > 0
     if (wtype == GT_Q4_0) *fn = pk_q4_0_raw;
     else if (wtype == GT_Q8_0) *fn = pk_q8_0_raw;

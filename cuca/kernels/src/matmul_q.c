@@ -13,8 +13,8 @@
  *   row, one accumulator per row; the weights of a group are unpacked once for every row of the tile.
  * Portable C: scalar, block by block.
  * Every tile size runs the same float sequence for each x row.
- * Where the build packs a format (cuca_pack_rows: Q4_0 and Q8_0 with AVX-512 or AVX2), cuca_tile_q
- * hands out matmul_p.c's kernel on raw rows instead, so that packed and raw rows give identical results. */
+ * Where the build packs a format (cuca_pack_rows: Q4_0 and Q8_0 with AVX-512 or AVX2; Q6_K too, in matmul_p6.c),
+ * cuca_tile_q hands out the packed kernel on raw rows instead, so that packed and raw rows give identical results. */
 #include "qmatmul.h"
 
 #if defined(CUCA_AVX512)

@@ -202,10 +202,21 @@ void cuca_act_quantize(cuca_act *A, const float *x, int64_t m, int64_t b_lo, int
             int8_t tmp[QKK], *q = qs + QKK * b;
             int16_t sums[16];
             void *bsb = bs + 32 * b;
-            cuca_q8k_block(x + QKK * b, lay ? tmp : q, d + b, sums);
+            cuca_q8k_block(x + QKK * b, lay == 1 || lay == 2 ? tmp : q, d + b, sums);
             memset(bsb, 0, 64);
             if (lay == 0) {
                 memcpy(bsb, sums, sizeof(sums));
+            } else if (lay == 3) { /* natural codes; per 16-group i the int16 pair -32 * (sums of values 4k + {0, 1}
+                                    * and 4k + {2, 3}, k < 4) */
+                for (int i = 0; i < 16; i++) {
+                    int32_t lo = 0, hi = 0;
+                    for (int k = 0; k < 4; k++) {
+                        lo += q[16 * i + 4 * k] + q[16 * i + 4 * k + 1];
+                        hi += q[16 * i + 4 * k + 2] + q[16 * i + 4 * k + 3];
+                    }
+                    ((uint32_t *)bsb)[i] = (uint32_t)(uint16_t)(int16_t)(-32 * lo) |
+                                           (uint32_t)(uint16_t)(int16_t)(-32 * hi) << 16;
+                }
             } else if (lay == 1) { /* byte 64k + 8i + t <- value 32i + 8k + t; float group sums in even lanes */
                 for (int k = 0; k < 4; k++)
                     for (int i = 0; i < 8; i++) memcpy(q + 64 * k + 8 * i, tmp + 32 * i + 8 * k, 8);

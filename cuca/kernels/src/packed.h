@@ -1,0 +1,82 @@
+/* Internal helpers of the row-interleaved ("packed") weight kernels, shared by matmul_p.c (Q4_0 / Q8_0) and
+ * matmul_p6.c (Q6_K): the rows per group R, the record geometry and the transposes that turn R raw rows into the
+ * vectors of the packed layout. */
+#ifndef CUCA_PACKED_H
+#define CUCA_PACKED_H
+#include "qmatmul.h"
+
+/* Packed bytes are prefetched 8 KiB ahead into L2 (T1): interleaved A/B runs (2 threads, M = 1, cold) put that
+ * at 1.3-1.7x the rate of 4 KiB into L1, whose prefetches stall the loads once the miss buffers are full. Raw rows
+ * (R streams at once) are prefetched CUCA_PREFETCH ahead. */
+#define PK_PF 8192
+#if defined(CUCA_AVX512)
+#define PK_R 16
+#define PK_T 8
+#elif defined(CUCA_AVX2)
+#define PK_R 8
+#define PK_T 4
+#define PK_T8 4 /* Q8_0's tile (sign trick); 8 measured no faster */
+#else
+#define PK_R 0
+#define PK_T 1
+#endif
+
+/* A group of R rows is one stream of records of K = 64 / (2R) blocks (the last may hold fewer): the fp16 scales of
+ * rows 0..R-1 for each block of the record (one cache line), then per block its code dwords t of rows 0..R-1 side
+ * by side (cbytes = R * 4 * dwords per block). Block b of a group of nb blocks: where its codes and scales are. */
+static inline __attribute__((always_inline)) void pk_where(int R, int64_t nb, int64_t b, size_t cbytes,
+                                                           size_t *codes, size_t *scales) {
+    const int K = 64 / (2 * R);
+    const int64_t j = b % K, b0 = b - j, kk = nb - b0 < K ? nb - b0 : K;
+    const size_t rec = (size_t)b0 * (2 * (size_t)R + cbytes);
+    *scales = rec + 2 * (size_t)R * (size_t)j;
+    *codes = rec + 2 * (size_t)R * (size_t)kk + cbytes * (size_t)j;
+}
+
+#if defined(CUCA_AVX512) || defined(CUCA_AVX2)
+static inline int32_t ld_i32(const void *p) { int32_t v; memcpy(&v, p, 4); return v; }
+#endif
+
+#if defined(CUCA_AVX512)
+/* raw rows: dwords 0..3 of the 16 bytes at p + i * rb for rows i < 16 (rows >= nv read row nv - 1) into
+ * v[0..3], int32 lane i = row i: four 4-row zmm, then a 4 x 4 dword transpose inside each 128-bit lane */
+static inline __attribute__((always_inline)) void pk_rows16(const uint8_t *p, size_t rb, int nv, __m512i *v) {
+    __m512i z[4];
+    for (int k = 0; k < 4; k++) {
+        const int i0 = k < nv ? k : nv - 1, i1 = 4 + k < nv ? 4 + k : nv - 1;
+        const int i2 = 8 + k < nv ? 8 + k : nv - 1, i3 = 12 + k < nv ? 12 + k : nv - 1;
+        __m512i t = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + (size_t)i0 * rb)));
+        t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(p + (size_t)i1 * rb)), 1);
+        t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(p + (size_t)i2 * rb)), 2);
+        z[k] = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(p + (size_t)i3 * rb)), 3);
+    }
+    const __m512i a0 = _mm512_unpacklo_epi32(z[0], z[1]), a1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i a2 = _mm512_unpacklo_epi32(z[2], z[3]), a3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    v[0] = _mm512_unpacklo_epi64(a0, a2);
+    v[1] = _mm512_unpackhi_epi64(a0, a2);
+    v[2] = _mm512_unpacklo_epi64(a1, a3);
+    v[3] = _mm512_unpackhi_epi64(a1, a3);
+}
+#elif defined(CUCA_AVX2)
+/* raw rows: dwords 0..3 of the 16 bytes at p + i * rb for rows i < 8 (rows >= nv read row nv - 1) into v[0..3],
+ * int32 lane i = row i: four 2-row ymm, then a 4 x 4 dword transpose inside each 128-bit lane */
+static inline __attribute__((always_inline)) void pk_rows8(const uint8_t *p, size_t rb, int nv, __m256i *v) {
+    __m256i z[4];
+    for (int k = 0; k < 4; k++) {
+        const int i0 = k < nv ? k : nv - 1, i1 = 4 + k < nv ? 4 + k : nv - 1;
+        z[k] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + (size_t)i0 * rb))),
+                                       _mm_loadu_si128((const __m128i *)(p + (size_t)i1 * rb)), 1);
+    }
+    const __m256i a0 = _mm256_unpacklo_epi32(z[0], z[1]), a1 = _mm256_unpackhi_epi32(z[0], z[1]);
+    const __m256i a2 = _mm256_unpacklo_epi32(z[2], z[3]), a3 = _mm256_unpackhi_epi32(z[2], z[3]);
+    v[0] = _mm256_unpacklo_epi64(a0, a2);
+    v[1] = _mm256_unpackhi_epi64(a0, a2);
+    v[2] = _mm256_unpacklo_epi64(a1, a3);
+    v[3] = _mm256_unpackhi_epi64(a1, a3);
+}
+#endif
+
+/* matmul_p6.c: the Q6_K group kernel and the same kernel on raw rows (as cuca_tile_p / cuca_tile_praw) */
+int cuca_tile_p6(cuca_pk_fn *fn, int *tile);
+int cuca_tile_p6raw(cuca_tile_fn *fn, int *tile);
+#endif
