@@ -1,11 +1,12 @@
-/* Tile kernels for the 256-value K formats Q4_K, Q5_K (all builds) and Q6_K (portable build) against Q8_K
- * activations; the AVX-512 and AVX2 builds run Q6_K through the row-interleaved kernel (matmul_p6.c), on raw rows
- * too (cuca_tile_q hands it out), so packed and raw rows give identical results.
+/* Tile kernels for the 256-value K formats Q4_K, Q5_K (all builds) and Q6_K (AVX-512 and portable builds) against
+ * Q8_K activations; the AVX2 build runs Q6_K through the row-interleaved kernel (matmul_p6.c), on raw rows too
+ * (cuca_tile_q hands it out), so packed and raw rows give identical results.
  *
  * Every integer partial sum is exact; only its float scaling is ordered, the same for each x row in every tile.
- * AVX-512: one zmm holds a whole superblock, with 2 lanes per 32-value group, so four dpbusd leave per-group sums
- *   in the lanes. Per x row and superblock acc += (sumi lanes * (dw * scale_g) + (group sums) * (-dmin * min_g)) *
- *   da. One horizontal sum at the end.
+ * AVX-512: one zmm holds a whole superblock, with 2 lanes per 32-value group (Q4_K/Q5_K) or 1 lane per
+ *   16-value group (Q6_K), so four dpbusd leave per-group sums in the lanes. Per x row and superblock
+ *   acc += (sumi lanes * (dw * scale_g) [+ group sums * (-dmin * min_g)]) * da; Q6_K's code offset 32 seeds
+ *   the integer sums as -32 * bsum_g. One horizontal sum at the end.
  * AVX2: u8 x s8 pair products and 16-bit scales into 32-bit lanes (maddubs, madd) per 32 values, then per
  *   superblock acc += (sumi lanes * da) * dw and accm += (mins . bsums lanes * da) * dmin.
  * Portable C: the same per superblock with scalar integer sums. */
@@ -48,6 +49,57 @@ static inline float hsum512(__m512 v) {
 }
 
 static inline uint64_t cuca_ld64(const void *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+/* Q6_K: one zmm holds a whole superblock, lane i for 16-group i: four dpbusd (seeded with -32 * bsum_i) give
+ * the exact per-group sums. Per row acc += ((sumi lanes) * (dw * scale_i)) * da. */
+static inline __attribute__((always_inline)) void q6k_tile(const uint8_t *w, const cuca_act *A, int64_t m0,
+                                                           const int nr, float *out, int64_t ldo) {
+    /* for lane i = 8h + s (half h, group s): the dword of the 128 low-bit bytes / 64 high-bit bytes that holds
+     * values 4k .. 4k+3 of the group, and the rotation that brings its two high bits to bits 4-5 */
+    static const int32_t lidx[4][16] = {
+        {0, 4, 8, 12, 0, 4, 8, 12, 16, 20, 24, 28, 16, 20, 24, 28},
+        {1, 5, 9, 13, 1, 5, 9, 13, 17, 21, 25, 29, 17, 21, 25, 29},
+        {2, 6, 10, 14, 2, 6, 10, 14, 18, 22, 26, 30, 18, 22, 26, 30},
+        {3, 7, 11, 15, 3, 7, 11, 15, 19, 23, 27, 31, 19, 23, 27, 31}};
+    static const int32_t hidx[4][16] = {
+        {0, 4, 0, 4, 0, 4, 0, 4, 8, 12, 8, 12, 8, 12, 8, 12},
+        {1, 5, 1, 5, 1, 5, 1, 5, 9, 13, 9, 13, 9, 13, 9, 13},
+        {2, 6, 2, 6, 2, 6, 2, 6, 10, 14, 10, 14, 10, 14, 10, 14},
+        {3, 7, 3, 7, 3, 7, 3, 7, 11, 15, 11, 15, 11, 15, 11, 15}};
+    static const int32_t rot[16] = {4, 4, 2, 2, 0, 0, 30, 30, 4, 4, 2, 2, 0, 0, 30, 30};
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), rv = _mm512_loadu_si512(rot);
+    __m512 acc[QK_T];
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < A->nblk; sb++) {
+        const uint8_t *b = w + sb * QKB(GT_Q6_K);
+        cuca_prefetch(b, QKB(GT_Q6_K));
+        const __m512i l0 = _mm512_loadu_si512(b), l1 = _mm512_loadu_si512(b + 64), qh = _mm512_loadu_si512(b + 128);
+        __m512i u[4];
+        for (int k = 0; k < 4; k++) {
+            __m512i y = _mm512_permutex2var_epi32(l0, _mm512_loadu_si512(lidx[k]), l1);
+            y = _mm512_and_si512(_mm512_mask_srli_epi32(y, 0xF0F0, y, 4), m4);
+            const __m512i h = _mm512_rolv_epi32(_mm512_permutexvar_epi32(_mm512_loadu_si512(hidx[k]), qh), rv);
+            u[k] = _mm512_or_si512(y, _mm512_and_si512(h, m30));
+        }
+        const __m512 w1 = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192)))),
+            _mm512_set1_ps(cuca_h2f(cuca_ld16(b + 208))));
+        #pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
+            const int8_t *a = ACT_QS(A, m0 + r) + QKK * sb;
+            __m512i c0 = _mm512_dpbusd_epi32(_mm512_load_si512(ACT_BS(A, m0 + r) + 32 * sb), u[0],
+                                             _mm512_load_si512(a));
+            __m512i c1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[1], _mm512_load_si512(a + 64));
+            c0 = _mm512_dpbusd_epi32(c0, u[2], _mm512_load_si512(a + 128));
+            c1 = _mm512_dpbusd_epi32(c1, u[3], _mm512_load_si512(a + 192));
+            const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c0, c1)), w1);
+            acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(ACT_D(A, m0 + r)[sb]), acc[r]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(acc[r]);
+}
 
 /* Q4_K/Q5_K: one zmm holds a whole superblock, lanes 2i and 2i+1 for 32-group i, so four dpbusd give the
  * per-group sums. Per row acc += ((sumi lanes) * (dw * scale_i) + (group sums) * (-dmin * min_i)) * da. */
@@ -106,7 +158,10 @@ static inline __attribute__((always_inline)) void q4k_tile(const int wt, const u
 
 static inline __attribute__((always_inline)) void qk_tile(const int wt, const uint8_t *w, const cuca_act *A,
                                                           int64_t m0, const int nr, float *out, int64_t ldo) {
-    q4k_tile(wt, w, A, m0, nr, out, ldo);
+    if (wt == GT_Q6_K)
+        q6k_tile(w, A, m0, nr, out, ldo);
+    else
+        q4k_tile(wt, w, A, m0, nr, out, ldo);
 }
 
 #elif defined(CUCA_AVX2)
@@ -212,7 +267,7 @@ static inline void qk_tile(const int wt, const uint8_t *w, const cuca_act *A, in
 #endif
 QK_FN(tile_q4_k, GT_Q4_K)
 QK_FN(tile_q5_k, GT_Q5_K)
-#if !defined(CUCA_AVX512) && !defined(CUCA_AVX2)
+#if !defined(CUCA_AVX2)
 QK_FN(tile_q6_k, GT_Q6_K)
 #endif
 
@@ -220,7 +275,7 @@ int cuca_tile_k(int wtype, cuca_tile_fn *fn, int *tile) {
     switch (wtype) {
     case GT_Q4_K: *fn = tile_q4_k; break;
     case GT_Q5_K: *fn = tile_q5_k; break;
-#if !defined(CUCA_AVX512) && !defined(CUCA_AVX2)
+#if !defined(CUCA_AVX2)
     case GT_Q6_K: *fn = tile_q6_k; break;
 #endif
     default: return CUCA_EUNSUPPORTED;

@@ -20,7 +20,12 @@
 /* code dwords per block (Q6_K: its 208 bytes before d: ql, qh, the 16 sub-block scales; matmul_p6.c) */
 #define PK_NT(wt) ((wt) == GT_Q6_K ? 52 : (wt) == GT_Q8_0 ? 8 : 4)
 
-int cuca_pack_rows(int wtype) { return wtype == GT_Q4_0 || wtype == GT_Q8_0 || wtype == GT_Q6_K ? PK_R : 0; }
+int cuca_pack_rows(int wtype) {
+#if defined(CUCA_AVX2)
+    if (wtype == GT_Q6_K) return PK_R; /* AVX-512 keeps Q6_K raw (matmul_p6.c says why) */
+#endif
+    return wtype == GT_Q4_0 || wtype == GT_Q8_0 ? PK_R : 0;
+}
 
 int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *dst) {
     const int R = cuca_pack_rows(wtype), k6 = wtype == GT_Q6_K;

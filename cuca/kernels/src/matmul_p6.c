@@ -1,5 +1,7 @@
-/* Row-interleaved ("packed") Q6_K weights against Q8_K activations: R = 16 (AVX-512) or 8 (AVX2) weight rows
- * share one vector, one int32 lane per row, so one broadcast activation dword feeds R output rows.
+/* Row-interleaved ("packed") Q6_K weights against Q8_K activations, AVX2 build: R = 8 weight rows share one
+ * vector, one int32 lane per row, so one broadcast activation dword feeds R output rows. (The AVX-512 build keeps
+ * Q6_K raw, matmul_k.c: a 16-row packed form, commit 2fdff47, was faster in cache but drew 11-17% less bandwidth
+ * than the raw kernel on the 330 MB E2B head at 2 threads.)
  *
  * Layout (same size as the raw tensor, matmul_p.c's records with 256-value blocks): per superblock of a group of
  * R rows, dword t < 52 of its first 208 bytes (t < 32: ql, t < 48: qh, t < 52: the 16 int8 sub-block scales) of
@@ -10,8 +12,7 @@
  * scaled by the row's int8 scale_g in int32 lanes (|sum| < 2^29 per superblock: exact), then per superblock
  * acc += float(sum_g scale_g * s_g) * (d_w * d_a), superblock by superblock in one lane whatever the tile height,
  * the thread split or where the row is stored: batch invariant.
- * AVX-512: s_g = 4 dpbusd seeded with -32 * bsum_g (the activation layout 2 of matmul_k.c), times scale_g (mullo).
- * AVX2 (no VNNI): 4 maddubs (unsigned codes <= 63: pair sums <= 16002, never saturating) summed in int16 lanes
+ * No VNNI: 4 maddubs (unsigned codes <= 63: pair sums <= 16002, never saturating) summed in int16 lanes
  *   with the activation's -32 * (pair sums) correction (layout 3): the true value |.| <= 8 * 32 * 127 fits, so
  *   the wrapping adds are exact; one madd by (scale_g, scale_g) folds the two halves and the scale into int32. */
 #include "packed.h"
@@ -19,99 +20,7 @@
 #define P6_NT 52   /* code / scale dwords per row and superblock */
 #define P6_BYTES 210
 
-#if defined(CUCA_AVX512)
-#define P6_T 8
-#define P6_V 64 /* bytes per dword vector */
-
-/* one superblock sb for nr x rows: v = its 52 dword vectors, dw = the rows' d */
-static inline __attribute__((always_inline)) void p6_sb(const uint8_t *v, __m512 dw, int64_t sb, const int nr,
-                                                        const int8_t *const *q, const int32_t *const *bs,
-                                                        const float *const *d, __m512 *acc) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    __m512i isum[P6_T];
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) isum[r] = _mm512_setzero_si512();
-    #pragma GCC unroll 2
-    for (int h = 0; h < 2; h++)
-        #pragma GCC unroll 2
-        for (int s = 0; s < 2; s++)
-            #pragma GCC unroll 4
-            for (int qq = 0; qq < 4; qq++) { /* value 128h + 32qq + 16s + i: group g, scale g */
-                const int g = 8 * h + 2 * qq + s;
-                const __m512i sv = _mm512_loadu_si512(v + P6_V * (48 + (g >> 2)));
-                const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(sv, 24 - 8 * (g & 3)), 24);
-                __m512i u[4];
-                #pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) { /* values 4k .. 4k+3 of the group: 4 low bits | 2 high bits << 4 */
-                    __m512i L = _mm512_loadu_si512(v + P6_V * (16 * h + 8 * (qq & 1) + 4 * s + k));
-                    __m512i H = _mm512_loadu_si512(v + P6_V * (32 + 8 * h + 4 * s + k));
-                    if (qq >= 2) L = _mm512_srli_epi32(L, 4);
-                    H = qq == 0 ? _mm512_slli_epi32(H, 4) : qq == 1 ? _mm512_slli_epi32(H, 2)
-                      : qq == 2 ? H : _mm512_srli_epi32(H, 2);
-                    u[k] = _mm512_ternarylogic_epi32(L, _mm512_and_si512(H, m30), m4, 0xEC); /* (L & m4) | H */
-                }
-                #pragma GCC unroll 8
-                for (int r = 0; r < nr; r++) {
-                    const int8_t *a = q[r] + QKK * sb + 4 * g; /* layout 2: dword k of group g at 64k + 4g */
-                    __m512i t = _mm512_set1_epi32(bs[r][16 * sb + g]);
-                    #pragma GCC unroll 4
-                    for (int k = 0; k < 4; k++) t = _mm512_dpbusd_epi32(t, u[k], _mm512_set1_epi32(ld_i32(a + 64 * k)));
-                    isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(t, sc));
-                }
-            }
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++)
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(dw, _mm512_set1_ps(d[r][sb])), acc[r]);
-}
-
-/* One group of 16 weight rows (g: its packed bytes, or rb != 0: raw rows at stride rb) for the x rows
- * m0 .. m0+nr-1: out[r * ldo + i] for rows i < nv. */
-static inline __attribute__((always_inline)) void p6_group(const uint8_t *g, int64_t nb, const cuca_act *A,
-                                                           int64_t m0, const int nr, float *out, int64_t ldo, int nv,
-                                                           const size_t rb) {
-    const __mmask16 mk = (__mmask16)(nv >= 16 ? 0xFFFF : (1u << nv) - 1);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)rb));
-    __m512i buf[P6_NT];
-    __m512 acc[P6_T];
-    const int8_t *q[P6_T];
-    const int32_t *bs[P6_T];
-    const float *d[P6_T];
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) {
-        acc[r] = _mm512_setzero_ps();
-        q[r] = ACT_QS(A, m0 + r);
-        bs[r] = (const int32_t *)ACT_BS(A, m0 + r);
-        d[r] = ACT_D(A, m0 + r);
-    }
-    for (int64_t sb = 0; sb < nb; sb++) {
-        const uint8_t *v;
-        __m512 dw;
-        if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
-            const uint8_t *cb = g + (size_t)sb * P6_BYTES;
-            /* the next group of rows (contiguous, R * rb bytes) a slice per superblock: streams of R rows at
-             * once leave the hardware prefetchers behind (2.5x slower than the packed stream without this) */
-            const uint8_t *nx = g + (size_t)PK_R * rb + (size_t)sb * PK_R * P6_BYTES;
-            for (int o = 0; o < PK_R * P6_BYTES; o += 64) _mm_prefetch((const char *)nx + o, _MM_HINT_T1);
-            for (int j = 0; j < P6_NT / 4; j++) pk_rows16(cb + 16 * j, rb, nv, buf + 4 * j);
-            /* bytes 206..209 of each row's superblock: d in the high half (never reads past the row) */
-            const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, cb + 206, 1);
-            dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
-            v = (const uint8_t *)buf;
-        } else {
-            size_t co, so;
-            pk_where(16, nb, sb, (size_t)P6_V * P6_NT, &co, &so);
-            for (int o = 0; o < 16 * P6_BYTES; o += 64) _mm_prefetch((const char *)g + co + PK_PF + o, _MM_HINT_T1);
-            v = g + co;
-            dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + so)));
-        }
-        p6_sb(v, dw, sb, nr, q, bs, d, acc);
-    }
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) _mm512_mask_storeu_ps(out + r * ldo, mk, acc[r]);
-}
-
-#elif defined(CUCA_AVX2)
+#if defined(CUCA_AVX2)
 #define P6_T 4
 #define P6_V 32
 
@@ -221,7 +130,7 @@ static inline __attribute__((always_inline)) void p6_group(const uint8_t *g, int
 }
 #endif
 
-#if PK_R > 0
+#if defined(CUCA_AVX2)
 #define P6_CASE(n) case n: p6_group(g, nb, A, m0, n, out, ldo, nv, rb); break;
 #if P6_T == 8
 #define P6_CASES P6_CASE(1) P6_CASE(2) P6_CASE(3) P6_CASE(4) P6_CASE(5) P6_CASE(6) P6_CASE(7) P6_CASE(8)
@@ -245,7 +154,7 @@ static void p6_raw(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64
 #endif
 
 int cuca_tile_p6(cuca_pk_fn *fn, int *tile) {
-#if PK_R > 0
+#if defined(CUCA_AVX2)
     *fn = p6_packed;
     *tile = P6_T;
     return CUCA_OK;
@@ -256,7 +165,7 @@ int cuca_tile_p6(cuca_pk_fn *fn, int *tile) {
 }
 
 int cuca_tile_p6raw(cuca_tile_fn *fn, int *tile) {
-#if PK_R > 0
+#if defined(CUCA_AVX2)
     *fn = p6_raw;
     *tile = P6_T;
     return CUCA_OK;
