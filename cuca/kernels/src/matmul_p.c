@@ -165,13 +165,10 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
         __m256i u[8], v[4];
         __m256 dw;
         if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
-            const __m256i z = _mm256_setzero_si256();
             if ((co & 63) < 18) /* this block starts a new line of each row */
                 for (int i = 0; i < nv; i++) _mm_prefetch((const char *)cb + (size_t)i * rb + CUCA_PREFETCH, _MM_HINT_T0);
             pk_rows8(cb + 2, rb, nv, v);
-            const __m256i h = _mm256_and_si256(_mm256_mask_i32gather_epi32(z, (const int *)cb, idx, mk, 1),
-                                               _mm256_set1_epi32(0xFFFF));
-            dw = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+            dw = pk_scales8(cb, idx, mk);
         } else {
             for (int o = 0; o <= 128; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T1);
             for (int t = 0; t < 4; t++) v[t] = _mm256_loadu_si256((const __m256i *)(cb + 32 * t));
@@ -193,16 +190,7 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), f, acc[r]);
         }
     }
-    #pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) {
-        if (nv >= 8) {
-            _mm256_storeu_ps(out + r * ldo, acc[r]);
-        } else {
-            float tmp[8];
-            _mm256_storeu_ps(tmp, acc[r]);
-            memcpy(out + r * ldo, tmp, sizeof(float) * (size_t)nv);
-        }
-    }
+    pk_store8(out, ldo, nr, nv, acc);
 }
 
 /* One group of 8 weight rows, Q8_0, by the sign trick: per code dword t and x row maddubs(|w|, a * sign(w))
@@ -230,14 +218,11 @@ static inline __attribute__((always_inline)) void pk_group_q8(const uint8_t *g, 
         __m256i v[8], s[PK_T8];
         __m256 dw;
         if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
-            const __m256i z = _mm256_setzero_si256();
             if ((co & 63) < 34) /* this block starts a new line of each row */
                 for (int i = 0; i < nv; i++) _mm_prefetch((const char *)cb + (size_t)i * rb + CUCA_PREFETCH, _MM_HINT_T0);
             pk_rows8(cb + 2, rb, nv, v);
             pk_rows8(cb + 18, rb, nv, v + 4);
-            const __m256i h = _mm256_and_si256(_mm256_mask_i32gather_epi32(z, (const int *)cb, idx, mk, 1),
-                                               _mm256_set1_epi32(0xFFFF));
-            dw = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+            dw = pk_scales8(cb, idx, mk);
         } else {
             for (int o = 0; o <= 256; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T1);
             for (int t = 0; t < 8; t++) v[t] = _mm256_loadu_si256((const __m256i *)(cb + 32 * t));
@@ -259,16 +244,7 @@ static inline __attribute__((always_inline)) void pk_group_q8(const uint8_t *g, 
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), f, acc[r]);
         }
     }
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) {
-        if (nv >= 8) {
-            _mm256_storeu_ps(out + r * ldo, acc[r]);
-        } else {
-            float tmp[8];
-            _mm256_storeu_ps(tmp, acc[r]);
-            memcpy(out + r * ldo, tmp, sizeof(float) * (size_t)nv);
-        }
-    }
+    pk_store8(out, ldo, nr, nv, acc);
 }
 #endif
 

@@ -117,16 +117,7 @@ static inline __attribute__((always_inline)) void p6_group(const uint8_t *g, int
         }
         p6_sb(v, dw, sb, nr, q, bs, d, acc);
     }
-    #pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) {
-        if (nv >= 8) {
-            _mm256_storeu_ps(out + r * ldo, acc[r]);
-        } else {
-            float tmp[8];
-            _mm256_storeu_ps(tmp, acc[r]);
-            memcpy(out + r * ldo, tmp, sizeof(float) * (size_t)nv);
-        }
-    }
+    pk_store8(out, ldo, nr, nv, acc);
 }
 #endif
 

@@ -74,6 +74,28 @@ static inline __attribute__((always_inline)) void pk_rows8(const uint8_t *p, siz
     v[2] = _mm256_unpacklo_epi64(a1, a3);
     v[3] = _mm256_unpackhi_epi64(a1, a3);
 }
+
+/* raw rows: the fp16 block scales at p + i * rb (lane mask mk: rows i < nv; idx: i * rb) as 8 floats */
+static inline __attribute__((always_inline)) __m256 pk_scales8(const uint8_t *p, __m256i idx, __m256i mk) {
+    const __m256i h = _mm256_and_si256(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)p, idx, mk, 1),
+                                       _mm256_set1_epi32(0xFFFF));
+    return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+}
+
+/* the nr x 8 results of a group into out (rows r * ldo), only the first nv lanes where the group is short */
+static inline __attribute__((always_inline)) void pk_store8(float *out, int64_t ldo, const int nr, int nv,
+                                                            const __m256 *acc) {
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) {
+        if (nv >= 8) {
+            _mm256_storeu_ps(out + r * ldo, acc[r]);
+        } else {
+            float tmp[8];
+            _mm256_storeu_ps(tmp, acc[r]);
+            memcpy(out + r * ldo, tmp, sizeof(float) * (size_t)nv);
+        }
+    }
+}
 #endif
 
 /* matmul_p6.c: the Q6_K group kernel and the same kernel on raw rows (as cuca_tile_p / cuca_tile_praw) */
