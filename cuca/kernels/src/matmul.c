@@ -265,8 +265,8 @@ int cuca_matmul_packed_f32(const void *p, int wtype, int64_t n_rows, int64_t n_i
     if (n_rows <= 0 || n_out <= 0 || n_out > n_rows || n_in <= 0 || n_in % bs || M <= 0 || n_threads < 0)
         return CUCA_EINVAL;
     J.R = cuca_pack_rows(wtype);
-    if (J.R == 0 || cuca_tile_p(wtype, &J.pfn, &J.ptile) != CUCA_OK || cuca_tile_q(wtype, &J.fn, &J.tile) != CUCA_OK)
-        return CUCA_EUNSUPPORTED;
+    if (J.R == 0 || cuca_tile_p(wtype, &J.pfn, &J.fn, &J.ptile) != CUCA_OK) return CUCA_EUNSUPPORTED;
+    J.tile = J.ptile;
     J.nb = n_in / bs;
     J.rb = (size_t)J.nb * (size_t)bytes;
     J.n_full = n_rows / J.R * J.R;

@@ -280,30 +280,20 @@ PK_FNS(pk_q4_0, GT_Q4_0)
 PK_FNS(pk_q8_0, GT_Q8_0)
 #endif
 
-int cuca_tile_p(int wtype, cuca_pk_fn *fn, int *tile) {
-    if (wtype == GT_Q6_K) return cuca_tile_p6(fn, tile);
+int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
+    if (wtype == GT_Q6_K) return cuca_tile_p6(packed, raw, tile);
 #if PK_R > 0
-    if (wtype == GT_Q4_0) *fn = pk_q4_0;
-    else if (wtype == GT_Q8_0) *fn = pk_q8_0;
+    cuca_pk_fn p = NULL;
+    cuca_tile_fn r = NULL;
+    if (wtype == GT_Q4_0) p = pk_q4_0, r = pk_q4_0_raw;
+    else if (wtype == GT_Q8_0) p = pk_q8_0, r = pk_q8_0_raw;
     else return CUCA_EUNSUPPORTED;
+    if (packed) *packed = p;
+    if (raw) *raw = r;
     *tile = PK_TILE(wtype);
     return CUCA_OK;
 #else
-    (void)wtype; (void)fn; (void)tile;
-    return CUCA_EUNSUPPORTED;
-#endif
-}
-
-int cuca_tile_praw(int wtype, cuca_tile_fn *fn, int *tile) {
-    if (wtype == GT_Q6_K) return cuca_tile_p6raw(fn, tile);
-#if PK_R > 0
-    if (wtype == GT_Q4_0) *fn = pk_q4_0_raw;
-    else if (wtype == GT_Q8_0) *fn = pk_q8_0_raw;
-    else return CUCA_EUNSUPPORTED;
-    *tile = PK_TILE(wtype);
-    return CUCA_OK;
-#else
-    (void)wtype; (void)fn; (void)tile;
+    (void)wtype; (void)packed; (void)raw; (void)tile;
     return CUCA_EUNSUPPORTED;
 #endif
 }

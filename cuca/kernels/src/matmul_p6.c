@@ -144,24 +144,14 @@ static void p6_raw(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64
 }
 #endif
 
-int cuca_tile_p6(cuca_pk_fn *fn, int *tile) {
+int cuca_tile_p6(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
 #if defined(CUCA_AVX2)
-    *fn = p6_packed;
+    if (packed) *packed = p6_packed;
+    if (raw) *raw = p6_raw;
     *tile = P6_T;
     return CUCA_OK;
 #else
-    (void)fn; (void)tile;
-    return CUCA_EUNSUPPORTED;
-#endif
-}
-
-int cuca_tile_p6raw(cuca_tile_fn *fn, int *tile) {
-#if defined(CUCA_AVX2)
-    *fn = p6_raw;
-    *tile = P6_T;
-    return CUCA_OK;
-#else
-    (void)fn; (void)tile;
+    (void)packed; (void)raw; (void)tile;
     return CUCA_EUNSUPPORTED;
 #endif
 }

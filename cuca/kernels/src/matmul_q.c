@@ -13,8 +13,9 @@
  *   row, one accumulator per row; the weights of a group are unpacked once for every row of the tile.
  * Portable C: scalar, block by block.
  * Every tile size runs the same float sequence for each x row.
- * Where the build packs a format (cuca_pack_rows: Q4_0 and Q8_0 with AVX-512 or AVX2; Q6_K too, in matmul_p6.c),
- * cuca_tile_q hands out the packed kernel on raw rows instead, so that packed and raw rows give identical results. */
+ * Where the build packs a format (cuca_pack_rows: Q4_0 and Q8_0 with AVX-512 or AVX2; Q6_K too on AVX2, in
+ * matmul_p6.c), cuca_tile_q hands out the packed kernel on raw rows instead, so that packed and raw rows give
+ * identical results: the SIMD kernels here serve Q5_0, Q4_1 and Q5_1, the portable ones every format. */
 #include "qmatmul.h"
 
 #if defined(CUCA_AVX512)
@@ -43,25 +44,19 @@ int cuca_qa_offset(int wtype) {
 #define QA_QS(wt) ((wt) == GT_Q8_0 ? 2 : (wt) == GT_Q4_0 ? 2 : (wt) == GT_Q4_1 ? 4 : (wt) == GT_Q5_0 ? 6 : 8)
 
 /* Byte / word indices of the AVX-512 group unpacking (see qa_unpack4): for a group of 4 blocks loaded as
- * A = bytes [0, 64) and B = bytes [base, base + 64) (base = group bytes - 64; for Q8_0 two such pairs),
- * tbl[0]: codes of each block (Q8_0: values 0..15), tbl[1]: Q5 high-bit words twice per block (Q8_0: values
- * 16..31), tbl[2] / tbl[3]: fp16 d / m of block j repeated 4 times (words), tbl[4] / tbl[5]: bit selectors of
+ * A = bytes [0, 64) and B = bytes [base, base + 64) (base = group bytes - 64),
+ * tbl[0]: codes of each block, tbl[1]: Q5 high-bit words twice per block, tbl[2] / tbl[3]: fp16 d / m of block j repeated 4 times (words), tbl[4] / tbl[5]: bit selectors of
  * the low / high 16 values. */
 void cuca_qa_tables(int wt, uint8_t tbl[6][64]) {
-    const int bytes = QA_BYTES(wt), base = wt == GT_Q8_0 ? 56 : 4 * bytes - 64;
+    const int bytes = QA_BYTES(wt), base = 4 * bytes - 64;
     memset(tbl, 0, 6 * 64);
     for (int j = 0; j < 4; j++)
         for (int t = 0; t < 16; t++) {
             const int i = 16 * j + t, e = bytes * j; /* block start */
             int p = e + QA_QS(wt) + t;
             tbl[0][i] = (uint8_t)(p < 64 ? p : 64 + p - base);
-            if (wt == GT_Q8_0) {
-                p = e + t; /* value 16 + t, relative to the second pair of loads at 18 and 72 */
-                tbl[1][i] = (uint8_t)(p < 64 ? p : 64 + p + 18 - 72);
-            } else {
-                p = e + QA_QH(wt) + (t & 3);
-                tbl[1][i] = (uint8_t)(p < 64 ? p : 64 + p - base);
-            }
+            p = e + QA_QH(wt) + (t & 3);
+            tbl[1][i] = (uint8_t)(p < 64 ? p : 64 + p - base);
             tbl[4][i] = (uint8_t)t;
             tbl[5][i] = (uint8_t)(16 + t);
         }
@@ -96,14 +91,6 @@ static inline __attribute__((always_inline)) __m512i ld64(const uint8_t *p, int 
  * gathers are two-source permutes over two 64-byte loads (tables from cuca_qa_tables). */
 static inline __attribute__((always_inline)) void qa_unpack4(const int wt, const uint8_t *g, int lim, const __m512i *t,
                                                              __m512i *lo, __m512i *hi, __m512 *wd, __m512 *wm) {
-    if (wt == GT_Q8_0) {
-        const __m512i a = ld64(g, 0, lim), b = ld64(g, 56, lim), flip = _mm512_set1_epi8((char)0x80);
-        *lo = _mm512_xor_si512(_mm512_permutex2var_epi8(a, t[0], b), flip);
-        *hi = _mm512_xor_si512(_mm512_permutex2var_epi8(ld64(g, 18, lim), t[1], ld64(g, 72, lim)), flip);
-        *wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(a, t[2], b)));
-        *wm = _mm512_setzero_ps();
-        return;
-    }
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i a = ld64(g, 0, lim), b = ld64(g, 4 * QA_BYTES(wt) - 64, lim);
     const __m512i z = _mm512_permutex2var_epi8(a, t[0], b);
@@ -196,8 +183,7 @@ static inline __attribute__((always_inline)) __m256 qa_half4(const int wt, const
     return _mm256_set_m128(f, f);
 }
 
-/* Blocks 4g .. 4g+3 of one weight row (the first nv exist): the codes of each block as unsigned bytes (Q8_0:
- * the signed codes), and wd / wm = the blocks' d / m in the lanes of the group sums (lane j and j + 4). Unpacked
+/* Blocks 4g .. 4g+3 of one weight row (the first nv exist): the codes of each block as unsigned bytes, and wd / wm = the blocks' d / m in the lanes of the group sums (lane j and j + 4). Unpacked
  * once per weight row and group, for every x row of the tile. */
 static inline __attribute__((always_inline)) void qa_unpack4(const int wt, const uint8_t *g, int nv, __m256i *u,
                                                              __m256 *wd, __m256 *wm) {
@@ -206,8 +192,6 @@ static inline __attribute__((always_inline)) void qa_unpack4(const int wt, const
         const uint8_t *blk = g + j * QA_BYTES(wt);
         if (j >= nv) {
             u[j] = _mm256_setzero_si256();
-        } else if (wt == GT_Q8_0) {
-            u[j] = _mm256_loadu_si256((const __m256i *)(blk + 2));
         } else {
             const __m128i q = _mm_loadu_si128((const __m128i *)(blk + QA_QS(wt))), m4 = _mm_set1_epi8(0x0F);
             u[j] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
@@ -224,17 +208,13 @@ static inline __attribute__((always_inline)) void qa_group(const int wt, const _
                                                            int64_t g, const int nr, const cuca_act *A, int64_t m0,
                                                            __m256 *acc) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i wabs[4];
-    if (wt == GT_Q8_0)
-        for (int j = 0; j < 4; j++) wabs[j] = _mm256_sign_epi8(u[j], u[j]);
     #pragma GCC unroll 17
     for (int r = 0; r < nr; r++) {
         const int8_t *q = ACT_QS(A, m0 + r) + 4 * QK * g;
         __m256i p[4];
         for (int j = 0; j < 4; j++) {
             __m256i a = _mm256_load_si256((const __m256i *)(q + QK * j));
-            if (wt == GT_Q8_0) p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[j], _mm256_sign_epi8(a, u[j])), ones);
-            else p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[j], a), ones);
+            p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[j], a), ones);
         }
         __m256i ci = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
         ci = _mm256_add_epi32(ci, _mm256_load_si256((const __m256i *)(ACT_C(A, m0 + r) + 8 * g)));
@@ -295,17 +275,21 @@ static inline void qa_tile(const int wt, const uint8_t *w, const cuca_act *A, in
 #else
 #define QA_FN(name, wt) CUCA_TILE_FN(name, qa_tile, wt, 4)
 #endif
+#if !defined(CUCA_AVX512) && !defined(CUCA_AVX2) /* the SIMD builds pack Q8_0 and Q4_0 (cuca_tile_q) */
 QA_FN(tile_q8_0, GT_Q8_0)
 QA_FN(tile_q4_0, GT_Q4_0)
+#endif
 QA_FN(tile_q4_1, GT_Q4_1)
 QA_FN(tile_q5_0, GT_Q5_0)
 QA_FN(tile_q5_1, GT_Q5_1)
 
 int cuca_tile_q(int wtype, cuca_tile_fn *fn, int *tile) {
-    if (cuca_pack_rows(wtype) > 0) return cuca_tile_praw(wtype, fn, tile); /* bit-equal to the packed kernel */
+    if (cuca_pack_rows(wtype) > 0) return cuca_tile_p(wtype, NULL, fn, tile); /* bit-equal to the packed kernel */
     switch (wtype) {
+#if !defined(CUCA_AVX512) && !defined(CUCA_AVX2)
     case GT_Q8_0: *fn = tile_q8_0; break;
     case GT_Q4_0: *fn = tile_q4_0; break;
+#endif
     case GT_Q4_1: *fn = tile_q4_1; break;
     case GT_Q5_0: *fn = tile_q5_0; break;
     case GT_Q5_1: *fn = tile_q5_1; break;

@@ -98,7 +98,6 @@ static inline __attribute__((always_inline)) void pk_store8(float *out, int64_t 
 }
 #endif
 
-/* matmul_p6.c: the Q6_K group kernel and the same kernel on raw rows (as cuca_tile_p / cuca_tile_praw) */
-int cuca_tile_p6(cuca_pk_fn *fn, int *tile);
-int cuca_tile_p6raw(cuca_tile_fn *fn, int *tile);
+/* matmul_p6.c: the Q6_K group kernel and the same kernel on raw rows (as cuca_tile_p) */
+int cuca_tile_p6(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
 #endif

@@ -134,9 +134,9 @@ int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *
 /* pack.c: the same on up to n_threads threads (<= 0: every CPU); nbytes: w's size */
 int cuca_pack_gguf_threads(const void *w, int wtype, int64_t n_out, int64_t n_in, size_t nbytes, void *dst,
                            int n_threads);
-int cuca_tile_p(int wtype, cuca_pk_fn *fn, int *tile);
-/* the same kernel on raw rows (gathered): the tile kernel of cuca_tile_q for every format this build packs */
-int cuca_tile_praw(int wtype, cuca_tile_fn *fn, int *tile);
+/* the group kernel (packed) and the same kernel on raw rows, gathered (raw: what cuca_tile_q hands out for every
+ * format this build packs), with their tile height; either pointer may be NULL */
+int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
 /* matmul.c: out[M, n_out] = x . W^T for the first n_out <= n_rows rows of a packed n_rows x n_in tensor p */
 int cuca_matmul_packed_f32(const void *p, int wtype, int64_t n_rows, int64_t n_in, int64_t n_out, const float *x,
                            int64_t M, float *out, int n_threads);
