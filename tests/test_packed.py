@@ -202,6 +202,25 @@ def test_ops_keeps_memory_weights_raw() -> None:
     assert lin._packed is False
 
 
+def test_ops_packs_requantized_weights() -> None:
+    """A weight this process requantized (as_q8_0: owned) is packed where the build packs Q8_0, computes what the
+    raw kernel does, and keeps its raw rows for gathers."""
+    lin = object.__new__(Linear)
+    lin.name, lin.wtype, lin.n_out, lin.n_in = "w", Q.F16, 96, 256
+    lin._packed, lin._owned = None, False
+    lin.w = rows(96, 256, seed=3).astype(np.float16).view(np.uint8).reshape(96, -1)
+    q = lin.as_q8_0()
+    assert q._owned and q.wtype == Q.Q8_0
+    raw = np.array(q.w)
+    ops = Ops(2)
+    x = rows(3, 256, seed=4)
+    want = np.empty((3, 96), np.float32)
+    ops.k.matmul(raw, Q.Q8_0, 96, 256, x, want)
+    assert np.array_equal(ops.matmul(q, x), want)
+    assert isinstance(q._packed, tuple) == (C is not None and C.pack_rows(Q.Q8_0) > 0)
+    assert np.array_equal(q.w, raw)
+
+
 @needs_packed
 @pytest.mark.parametrize("wtype", PACKED)
 def test_packing_on_threads_gives_the_same_bytes(wtype: int) -> None:

@@ -26,8 +26,9 @@ __all__ = ["Attention", "AttnSpec", "GatedMLP", "Linear", "Mask", "Ops", "Rope",
 class Linear:
     """A GGUF weight (n_out, n_in) in any supported block format, applied as x @ W.T."""
 
-    # _packed: the C backend's row-interleaved copy of w (cuca.kernels.packing), made at the first matmul
-    __slots__ = ("name", "w", "wtype", "n_out", "n_in", "_packed")
+    # _packed: the C backend's row-interleaved copy of w (cuca.kernels.packing), made at the first matmul;
+    # _owned: w was made by this process (requantized), not mapped from a file
+    __slots__ = ("name", "w", "wtype", "n_out", "n_in", "_packed", "_owned")
 
     def __init__(self, t: TensorInfo, path: object = ""):
         if t.ggml_type not in SUPPORTED_TYPES or len(t.shape) != 2:
@@ -37,6 +38,7 @@ class Linear:
         self.wtype = t.ggml_type
         self.n_out, self.n_in = t.shape
         self._packed: object = None
+        self._owned = False
         assert self.w.nbytes == self.n_out * row_bytes(self.wtype, self.n_in)
 
     def __call__(self, ops: Ops, x: np.ndarray) -> np.ndarray:
@@ -48,6 +50,7 @@ class Linear:
             return self
         new = object.__new__(Linear)
         new.name, new.wtype, new.n_out, new.n_in = self.name, Q8_0, self.n_out, self.n_in
+        new._packed, new._owned = None, True
         new.w = np.empty((self.n_out, row_bytes(Q8_0, self.n_in)), np.uint8)
         for r0 in range(0, self.n_out, 8192):  # bounded float32 scratch for 262k-row tables
             rows = dequantize(self.w[r0 : r0 + 8192], self.wtype, min(8192, self.n_out - r0), self.n_in)
