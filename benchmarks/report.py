@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))  # this checkout's cuca, not an installed one
 
 from cuca import bench as B  # noqa: E402
+from cuca.bench.report import peer_build  # noqa: E402
 from cuca.kernels import ISA  # noqa: E402
 
 KERNEL_FORMATS = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
@@ -152,7 +153,8 @@ def summary(results: dict[str, Any]) -> list[str]:
                     f"{curve[0]['tokens_per_round'] if curve else '-'} tokens/round): cuca drafting every round "
                     f"**{_x(raw)}** (measured), governed per category "
                     f"{', '.join(f'{c} {_x(v)}' for c, v in gov.items())}"
-                    f"; llama.cpp (native build) **{_x(lp.get('speedup'))}** (modelled from its round and plain-step "
+                    f"; llama.cpp ({peer_build(res.get('llama', {}))} build) **{_x(lp.get('speedup'))}** "
+                    "(modelled from its round and plain-step "
                     "costs measured in this run)")
             own = [v.get("llama_speedup") for v in cats.values() if v.get("llama_speedup") is not None]
             if own:
@@ -196,7 +198,7 @@ def kernel_table(kern: dict[str, Any]) -> list[str]:
     first = next(iter(next(iter(kern.values())).values()), {}) if kern else {}
     ms = list(first.get("cost", {})) or ["1"]
     lines = ["## M-row pass cost relative to M = 1 per weight format (cuca: logits for every row; llama.cpp: "
-             "llama-bench pp M of its native build, last row's logits)", "",
+             "llama-bench pp M of the build the pairs name, last row's logits)", "",
              "| format | engine | M=1 ms | " + " | ".join(f"M={m}" for m in ms[1:]) + " |",
              "|---|---|---|" + "---|" * (len(ms) - 1)]
     for fmt, per in kern.items():

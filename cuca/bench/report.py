@@ -233,9 +233,7 @@ def format_report(res: dict[str, Any]) -> str:
         lines.append(f"llama.cpp: skipped ({llama['skipped']})")
     elif llama and "pass_cost" in llama:
         pk = llama.get("peer", {})
-        isa = next((x for x in pk.get("build_info") or [] if x.startswith("ISA=")), "")
-        lines.append(f"llama.cpp: {'AVX2-only' if isa.startswith('ISA=avx2') else 'native'} build {pk.get('pin')} "
-                     f"at {pk.get('bin')}")
+        lines.append(f"llama.cpp: {peer_build(llama)} build {pk.get('pin')} at {pk.get('bin')}")
         lp = llama.get("plain")
         if lp:
             lines.append(f"llama.cpp plain decode (llama-bench {lp['label']}, one figure for every category: it "
@@ -428,3 +426,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def peer_build(llama: dict[str, Any]) -> str:
+    """'AVX2-only' or 'native': which llama.cpp build a pair's figures came from (its BUILD-INFO's ISA line)."""
+    info = (llama or {}).get("peer", {}).get("build_info") or []
+    isa = next((x for x in info if x.startswith("ISA=")), "")
+    return "AVX2-only" if isa.startswith("ISA=avx2") else "native"
