@@ -10,6 +10,7 @@ import pytest
 
 from cuca.speculative.governor import (
     ALPHA,
+    COST_WINDOW,
     DEPTH_PROBE_EVERY,
     PROBE_FIRST,
     PROBE_MAX,
@@ -79,14 +80,20 @@ def test_moving_average_is_a_mean_at_first_then_exponential() -> None:
     assert MovingAverage(ALPHA).alpha == ALPHA
 
 
-def test_cost_average_follows_fast_rounds_and_resists_stalls() -> None:
-    c = CostAverage(alpha=0.5, clamp=0.25)
-    c.add(0.10)
+def test_cost_average_drops_stalls_and_first_use_spikes() -> None:
+    c = CostAverage(window=5)
+    c.add(0.50)  # the first round at a length: a drafter's weights packed, buffers faulted in
+    assert c.value == 0.50
+    c.add(0.10)  # two samples: the lower one (stalls only ever lengthen a round)
     assert c.value == 0.10
-    c.add(10.0)  # a stall: the average moves up by at most alpha x clamp
-    assert c.value == pytest.approx(0.10 * (1 + 0.5 * 0.25))
-    c.add(0.05)  # faster is never noise: the full step
-    assert c.value == pytest.approx((0.1125 + 0.05) / 2)
+    c.add(0.11)
+    assert c.value == 0.11  # the median of three: the spike is gone
+    c.add(10.0)  # a stall
+    assert c.value == 0.11
+    for _ in range(5):  # the load changed for good: the window follows within its length
+        c.add(0.20)
+    assert c.value == 0.20 and c.count == 9
+    assert CostAverage().window == COST_WINDOW
 
 
 def test_expected_tokens_per_round() -> None:
@@ -305,12 +312,12 @@ def test_state_is_kept_across_requests() -> None:
 def test_begin_and_end_round_use_the_injected_clock() -> None:
     now = [100.0]
     gov = SpeedGovernor(clock=lambda: now[0])
-    for depth, seconds, accepted in [(0, 0.5, 0), (0, 0.25, 0), (3, 1.0, 3), (3, 1.0, 3)]:
+    for depth, seconds, accepted in [(0, 0.5, 0), (0, 0.4, 0), (3, 1.0, 3), (3, 1.0, 3)]:
         assert gov.decide(3) == depth
         gov.begin_round(depth)
         now[0] += seconds
         gov.end_round(accepted)
-    assert gov.costs[0].value == pytest.approx(0.5 - 0.3 * 0.25) and gov.costs[3].value == 1.0
+    assert gov.costs[0].value == pytest.approx(0.4) and gov.costs[3].value == 1.0  # the lower of two plain timings
     assert gov.drafting
     with pytest.raises(RuntimeError):
         gov.end_round(1)
@@ -357,3 +364,15 @@ def test_governed_never_loses_on_noisy_rounds(p: float, shape: tuple[float, ...]
     assert governed >= 0.98 * plain
     if fixed >= 1.2 * plain:
         assert governed >= 0.92 * fixed
+
+
+def test_a_stale_short_length_costs_no_more_than_a_longer_one() -> None:
+    """A length timed only by occasional probes keeps old figures: a shorter round never models dearer than a
+    longer one (it does less work), nor any round cheaper than a plain step."""
+    gov = SpeedGovernor()
+    for k, seconds in [(0, 0.070), (1, 0.120), (2, 0.080), (3, 0.095)]:
+        gov.costs.setdefault(k, CostAverage()).add(seconds)
+    assert gov.cost(1) == pytest.approx(0.080) and gov.cost(2) == pytest.approx(0.080)
+    assert gov.cost(3) == pytest.approx(0.095) and gov.cost(0) == pytest.approx(0.070)
+    gov.costs[2].add(0.060)  # the lower of two: the load fell between the timings
+    assert gov.cost(2) == pytest.approx(0.070) == gov.cost(1)  # the plain floor wins

@@ -2,8 +2,8 @@
 
 Measurements (kept as long as the Governor, one per model, across requests):
   * the cost of a round with k drafts (the drafter's k steps plus a verify pass of M = k + 1 rows; k = 0 is a plain
-    step), one moving average of seconds per k (per M), a slow sample's pull on it clamped so that one stalled
-    round (another process on the core) cannot swing a decision; a length never timed is interpolated;
+    step), the median of its last few timings per k (per M), so that one stalled round (another process on the
+    core) cannot swing a decision; a length never timed is interpolated;
   * the acceptance at each draft position j, conditional on reaching it (the drafts before it all accepted): a_j.
 A round with k drafts is then expected to emit E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j tokens, so its modelled rate
 is E(k) / cost(k), and the best length k* maximises it over 1..draft_tokens (draft_tokens is a maximum).
@@ -31,8 +31,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 ALPHA = 0.05  # weight of the newest acceptance outcome: ~20 rounds of memory (a reply is tens of rounds)
-COST_ALPHA = 0.3  # weight of the newest round cost: a round's cost barely varies, so a few rounds settle it
-COST_CLAMP = 0.25  # a slower sample moves its average up by at most alpha x this fraction of it (stalls are not costs)
+COST_WINDOW = 7  # round costs kept per length: a round's cost barely varies, so a few rounds settle it
 WARMUP_ROUNDS = 2
 SPEEDUP = 1.02
 REFRESH_EVERY = 64
@@ -82,20 +81,21 @@ class MovingAverage:
 
 
 class CostAverage:
-    """Seconds per round: the first sample as is, then an exponential moving average whose upward steps are clamped
-    to `clamp` times the current value. Asymmetric on purpose: a stall (another process on the core, a page fault)
-    only ever lengthens a round, so a slow sample may be noise but a fast one is not."""
+    """Seconds per round: the lower median of the last `window` samples. A stall (another process on the core, a
+    page fault) only ever lengthens a round, and the first round at a length also pays first-use costs (a drafter's
+    weights packed, buffers faulted in): a median drops both, where a moving average would carry a first-round
+    spike through every later sample of a length timed only by the occasional depth probe."""
 
-    def __init__(self, alpha: float = COST_ALPHA, clamp: float = COST_CLAMP):
-        self.alpha, self.clamp = alpha, clamp
+    def __init__(self, window: int = COST_WINDOW):
+        self.window = window
+        self.samples: deque[float] = deque(maxlen=window)
         self.value: float | None = None
         self.count = 0
 
     def add(self, seconds: float) -> None:
-        if self.value is None:
-            self.value = seconds
-        else:
-            self.value += self.alpha * min(seconds - self.value, self.clamp * self.value)
+        self.samples.append(seconds)
+        ordered = sorted(self.samples)
+        self.value = ordered[(len(ordered) - 1) // 2]
         self.count += 1
 
 
@@ -164,11 +164,14 @@ class SpeedGovernor:
         return out
 
     def cost(self, k: int) -> float | None:
-        """Modelled seconds of a round with k drafts, never less than a plain step's: such a round does a plain
-        step's work and more, so a cheaper figure is only load that changed between the timings, and must not make
-        drafts that are never accepted look faster than plain decoding. (Only against the plain step: a stalled
-        timing of one length must not spoil the longer ones.)"""
+        """Modelled seconds of a round with k drafts, never less than a plain step's and never more than a longer
+        round's: a round does a shorter round's work and more, so a figure out of that order is only load that
+        changed between the timings (a length timed only by the occasional depth probe keeps old figures). The
+        plain floor wins over the cap: drafts that are never accepted must not look faster than plain decoding."""
         own, plain = self._cost(k), self._cost(0) if k > 0 else None
+        longer = [c.value for d, c in self.costs.items() if d > k and c.value is not None]
+        if k > 0 and own is not None and longer:  # a rarely timed length's figure is stale
+            own = min(own, *longer)
         return own if own is None or plain is None else max(own, plain)
 
     def _cost(self, k: int) -> float | None:
