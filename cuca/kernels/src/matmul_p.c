@@ -125,10 +125,15 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
         }
         #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
-            __m512i s = _mm512_set1_epi32(c[r][pk_ai(b)]);
+            /* two dependent dpbusd chains of 4, not one of 8: at M = 1 the chain's latency was the kernel's bound
+             * (integer sums: the same bits either way) */
+            __m512i s = _mm512_set1_epi32(c[r][pk_ai(b)]), s1 = _mm512_setzero_si512();
             #pragma GCC unroll 8
-            for (int t = 0; t < 8; t++) /* Q4_0: u[t] = values 4t.. (t < 4) or 16 + 4(t-4).. */
+            for (int t = 0; t < 8; t += 2) { /* Q4_0: u[t] = values 4t.. (t < 4) or 16 + 4(t-4).. */
                 s = _mm512_dpbusd_epi32(s, u[t], _mm512_set1_epi32(ld_i32(pk_aq(q[r], b, 4 * t))));
+                s1 = _mm512_dpbusd_epi32(s1, u[t + 1], _mm512_set1_epi32(ld_i32(pk_aq(q[r], b, 4 * t + 4))));
+            }
+            s = _mm512_add_epi32(s, s1);
             const __m512 f = _mm512_mul_ps(dw, _mm512_set1_ps(d[r][pk_ai(b)]));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), f, acc[r]);
         }
