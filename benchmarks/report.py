@@ -122,7 +122,7 @@ def options_for(name: str, pair: Pair, target: Any, drafter: Any, threads: int, 
         # synthetic weights: the category only changes the prompt, so one prompt per category; the sweep, the
         # curve and the poor drafter use the list prompt
         o = replace(o, controlled=p, acceptance=sorted({0.0, 0.25, 0.5, round(p, 4), 0.9, 1.0}),
-                    sweep_categories=("list",), poor_drafter=True, poor_warmup=4, poor_reps=4)
+                    sweep_categories=("list",), poor_drafter=True, poor_warmup=4, poor_reps=8)
     o = replace(o, **pair.options)
     if quick:
         o = replace(o, reps=1, prompts_per_category=1, max_tokens=32, sweep=(1, 3), poor_warmup=1, poor_reps=1,
@@ -179,8 +179,9 @@ def summary(results: dict[str, Any]) -> list[str]:
                           f"{_pct(share['llama.cpp'])})" if share["cuca"] is not None else "") + ".")
         if "poor_drafter" in res:
             pd = res["poor_drafter"]
-            out.append(f"  - poorly-accepted drafter (P = {pd['probability']}), governed vs plain side by side: "
-                       f"{_x(pd['ratio'], 3)} ({'pass' if pd['passed'] else 'FAIL'}, target >= 0.98) after "
+            out.append(f"  - poorly-accepted drafter (P = {pd['probability']}), governed vs plain side by side "
+                       f"(median of {pd.get('pairs', 'the')} pairs' ratios): {_x(pd['ratio'], 3)} "
+                       f"({'pass' if pd['passed'] else 'FAIL'}, target >= 0.98) after "
                        f"{pd['warmup_requests']} warm-up requests of the kept governor; counting those requests too: "
                        f"{_x(pd.get('ratio_including_warmup'), 3)}.")
     return out

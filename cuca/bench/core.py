@@ -396,14 +396,17 @@ def run_poor_drafter(b: Bench, prompts: list[str], work: Workload, warmup: int =
             if not first_plain:
                 plain.append(b.plain(x, max_tokens).tps)
             log(f"  rep {rep + 1} #{j}: plain {plain[-1]:6.2f} tok/s, governed {gov[-1]:6.2f} tok/s")
-    ratio = median(gov) / median(plain)
+    # each pair ran back to back: the median of the pairs' ratios cancels the load drifting between pairs
+    ratio = median([g / q for g, q in zip(gov, plain, strict=True)])
     every = cold + gov  # the cold requests too: the governor's measuring and first probes included
     return {
         "ratio_including_warmup": _rnd(float(np.mean(every)) / median(plain)),
         "probability": probability, "warmup_requests": warmup, "warmup_governed_tps": [round(x, 2) for x in cold],
         "plain_tps": _rnd(median(plain), 2), "governed_tps": _rnd(median(gov), 2),
-        "plain_tps_range": spread(plain), "governed_tps_range": spread(gov),
-        "ratio": _rnd(ratio), "target": 0.98, "passed": bool(ratio >= 0.98),
+        "plain_tps_range": spread(plain), "governed_tps_range": spread(gov), "pairs": len(gov),
+        "ratio": _rnd(ratio), "ratio_of_medians": _rnd(median(gov) / median(plain)),
+        "ratio_source": "median over the back-to-back plain / governed pairs of governed tok/s over plain tok/s",
+        "target": 0.98, "passed": bool(ratio >= 0.98),
         "governor_events_timed": [list(e) for e in governor.events_since(mark)],
         "governor_events_all": [list(e) for e in governor.events], **_draft_summary(runs),
         **_governor_summary(governor),

@@ -223,7 +223,8 @@ def format_report(res: dict[str, Any]) -> str:
     if "poor_drafter" in res:
         pd = res["poor_drafter"]
         lines.append(f"poorly-accepted drafter (P={pd['probability']}), governed vs plain side by side: "
-                     f"{_f(pd['governed_tps'])} vs {_f(pd['plain_tps'])} tok/s = {_f(pd['ratio'], '{:.3f}x')} "
+                     f"medians {_f(pd['governed_tps'])} vs {_f(pd['plain_tps'])} tok/s; median of the "
+                     f"{pd.get('pairs', '')} back-to-back pairs' ratios {_f(pd['ratio'], '{:.3f}x')} "
                      f"(target >= 0.98: {'pass' if pd['passed'] else 'FAIL'}); after {pd['warmup_requests']} warm-up "
                      f"requests at {pd['warmup_governed_tps']} tok/s (all governed requests: "
                      f"{_f(pd.get('ratio_including_warmup'), '{:.3f}x')}); decisions while timed: "
