@@ -2,8 +2,8 @@
 
 Measurements (kept as long as the Governor, one per model, across requests):
   * the cost of a round with k drafts (the drafter's k steps plus a verify pass of M = k + 1 rows; k = 0 is a plain
-    step), the median of its last few timings per k (per M), so that one stalled round (another process on the
-    core) cannot swing a decision; a length never timed is interpolated;
+    step), the least of its last few timings per k (per M), so that a stalled round (another process on the core)
+    cannot swing a decision; a length never timed is interpolated;
   * the acceptance at each draft position j, conditional on reaching it (the drafts before it all accepted): a_j.
 A round with k drafts is then expected to emit E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j tokens, so its modelled rate
 is E(k) / cost(k), and the best length k* maximises it over 1..draft_tokens (draft_tokens is a maximum).
@@ -14,7 +14,8 @@ On top of that the product page's on/off schedule, with "speculation" meaning th
     rounds, refresh the plain cost with REFRESH_ROUNDS plain rounds; draft once at each length not yet timed, and
     every DEPTH_PROBE_EVERY drafting rounds one longer or one shorter than k* (in turn), so that the next
     position's acceptance and the neighbouring costs stay measured;
-  * while plain is faster, re-probe with PROBE_ROUNDS rounds at the best length after `interval` plain rounds; the
+  * while plain is faster, re-probe with PROBE_ROUNDS rounds at the best length after `interval` plain rounds (a
+    probe or warm-up that accepted some drafts yet left plain the faster runs on, up to TRIAL_MAX_ROUNDS); the
     interval starts at PROBE_FIRST, doubles after each failed probe up to PROBE_MAX, and a successful probe resets it.
     A probe fades the acceptance averages to PROBE_ROUNDS rounds' worth, so that its fresh rounds weigh as much as
     the stale history (which a restart would throw away, and two rounds alone are too few to decide on).
@@ -38,6 +39,7 @@ REFRESH_EVERY = 64
 REFRESH_ROUNDS = 2
 PROBE_FIRST = 32
 PROBE_ROUNDS = 2
+TRIAL_MAX_ROUNDS = 6  # a probe with drafts accepted in it runs on (PROBE_ROUNDS at a time) up to this many rounds
 PROBE_MAX = 512
 DEPTH_PROBE_EVERY = 16
 PRIOR_ROUNDS = 2  # how many rounds' weight a deeper position's acceptance gives the position before it
@@ -81,10 +83,11 @@ class MovingAverage:
 
 
 class CostAverage:
-    """Seconds per round: the lower median of the last `window` samples. A stall (another process on the core, a
-    page fault) only ever lengthens a round, and the first round at a length also pays first-use costs (a drafter's
-    weights packed, buffers faulted in): a median drops both, where a moving average would carry a first-round
-    spike through every later sample of a length timed only by the occasional depth probe."""
+    """Seconds per round: the least of the last `window` samples. A stall (another process on the core, a page
+    fault, the first round at a length paying first-use costs) only ever lengthens a round, so the least is the
+    round's own cost. It is optimistic for a length timed rarely (its window spans quieter moments), which is the
+    safe side: a length modelled too cheap gets chosen and timed afresh, while one modelled too dear would never be
+    timed again; a length in use follows a lasting load change within `window` rounds."""
 
     def __init__(self, window: int = COST_WINDOW):
         self.window = window
@@ -94,8 +97,7 @@ class CostAverage:
 
     def add(self, seconds: float) -> None:
         self.samples.append(seconds)
-        ordered = sorted(self.samples)
-        self.value = ordered[(len(ordered) - 1) // 2]
+        self.value = min(self.samples)
         self.count += 1
 
 
@@ -141,6 +143,7 @@ class SpeedGovernor:
         # phase: "measure_plain" -> "measure_spec" -> "drafting" <-> "plain"
         self._phase = "measure_plain"
         self._left = WARMUP_ROUNDS  # rounds left in the current measurement, refresh or probe (0: none running)
+        self._trial = [0, 0]  # rounds run and drafts accepted since the current probe or speculation warm-up began
         self._count = 0  # schedule rounds since drafting turned on, the last refresh, or the last probe
         self._probe_depth = 0
         self._pending: int | None = None  # the length decide() returned for the schedule (None: forced, or none)
@@ -276,6 +279,7 @@ class SpeedGovernor:
         """One sequence's outcome of a round with `depth` drafts (a batch's rounds: one call per sequence)."""
         if depth < 0 or not 0 <= accepted <= depth:
             raise ValueError(f"need depth >= 0, 0 <= accepted <= depth; got {depth}, {accepted}")
+        self._trial[1] += accepted
         for j in range(min(accepted + 1, depth)):  # positions reached: the accepted ones and the first rejected
             while len(self.accept) <= j:
                 self.accept.append(MovingAverage(ALPHA))
@@ -342,15 +346,30 @@ class SpeedGovernor:
             self.depth = k
             self._log("depth", k)
 
+    def _extend(self) -> bool:
+        """At the end of a probe or of the first speculation rounds that left plain decoding the faster: run
+        PROBE_ROUNDS more when some draft was accepted in them, up to TRIAL_MAX_ROUNDS in all. Two rounds of a
+        drafter that is often right are too few to rule it out (at 0.675 per draft, a third of two-round probes
+        fail), while a drafter with nothing accepted is ruled out as cheaply as before."""
+        rounds, accepted = self._trial
+        if accepted == 0 or rounds + PROBE_ROUNDS > TRIAL_MAX_ROUNDS or self._faster():
+            return False
+        self._left = PROBE_ROUNDS
+        return True
+
     def _advance(self) -> None:
         """One round of the schedule has run; move it on."""
         if self._left > 0:  # a measurement, refresh or probe is running
             self._left -= 1
+            self._trial[0] += 1
             if self._left > 0:
                 return
             if self._phase == "measure_plain":
-                self._phase, self._left = "measure_spec", WARMUP_ROUNDS
-            elif self._phase == "plain":  # a probe ended
+                self._phase, self._left, self._trial = "measure_spec", WARMUP_ROUNDS, [0, 0]
+                return
+            if self._phase in ("plain", "measure_spec") and self._extend():
+                return
+            if self._phase == "plain":  # a probe ended
                 on = self._faster()
                 self.interval = PROBE_FIRST if on else min(2 * self.interval, PROBE_MAX)
                 self._turn(on)
@@ -369,7 +388,7 @@ class SpeedGovernor:
                 self._left, self._count = REFRESH_ROUNDS, 0
                 self._log("refresh", 0)
         elif self._count >= self.interval:  # plain
-            self._left, self._count = PROBE_ROUNDS, 0
+            self._left, self._count, self._trial = PROBE_ROUNDS, 0, [0, 0]
             self._probe_depth = self.best()[0]  # the best length by what was measured before
             for avg in self.accept:
                 avg.fade(PROBE_ROUNDS)
