@@ -348,9 +348,9 @@ class SpeedGovernor:
 
     def _extend(self) -> bool:
         """At the end of a probe or of the first speculation rounds that left plain decoding the faster: run
-        PROBE_ROUNDS more when some draft was accepted in them, up to TRIAL_MAX_ROUNDS in all. Two rounds of a
-        drafter that is often right are too few to rule it out (at 0.675 per draft, a third of two-round probes
-        fail), while a drafter with nothing accepted is ruled out as cheaply as before."""
+        PROBE_ROUNDS more when some draft was accepted in them, up to TRIAL_MAX_ROUNDS in all. Two unlucky rounds of
+        a drafter that is often right must not rule it out for the next `interval` rounds, while a drafter with
+        nothing accepted is ruled out as cheaply as before."""
         rounds, accepted = self._trial
         if accepted == 0 or rounds + PROBE_ROUNDS > TRIAL_MAX_ROUNDS or self._faster():
             return False
