@@ -238,3 +238,37 @@ def test_packing_on_threads_gives_the_same_bytes(wtype: int) -> None:
         assert np.array_equal(got, want), nt
     with pytest.raises(ValueError, match="n_threads"):
         C.pack(w, wtype, n_out, 2048, want, -1)
+
+
+def test_arena_pieces_are_aligned_apart_and_as_large_as_asked() -> None:
+    """Arena pieces: 64-byte aligned, never overlapping, from 2 MiB-aligned mappings; a piece larger than a chunk
+    gets a mapping of its own; the bytes are writable and keep what is written."""
+    from cuca.kernels.packing import Arena
+
+    arena = Arena(chunk=4 << 20)
+    sizes = [100, 64, 1 << 20, 3 << 20, 9 << 20, 5]
+    pieces = [arena.alloc(n) for n in sizes]
+    spans = sorted((p.ctypes.data, p.ctypes.data + p.nbytes) for p in pieces)
+    assert all(hi <= lo2 for (_, hi), (lo2, _) in zip(spans, spans[1:], strict=False))
+    assert [p.nbytes for p in pieces] == sizes and all(p.ctypes.data % 64 == 0 for p in pieces)
+    assert pieces[0].ctypes.data % (2 << 20) == 0 and pieces[4].ctypes.data % (2 << 20) == 0
+    for i, p in enumerate(pieces):
+        p[:] = i
+    assert all(int(p.min()) == int(p.max()) == i for i, p in enumerate(pieces))
+
+
+def test_ops_packs_into_its_arena(tmp_path: Path) -> None:
+    """A file weight packed by Ops takes its bytes from the Ops' arena (huge pages) and computes as before."""
+    if C is None or C.pack_rows(Q.Q4_0) == 0:
+        pytest.skip("this build packs no Q4_0")
+    raw = _weights_file(tmp_path / "w.gguf", Q.Q4_0, 256, 512)
+    lin = linear(open_gguf(tmp_path / "w.gguf"), "w", 256, 512)
+    ops = Ops(1)
+    x = rows(3, 512, seed=5)
+    got = ops.matmul(lin, x)
+    assert isinstance(lin._packed, tuple) and ops.arena._room is not None
+    room = ops.arena._room
+    assert room.ctypes.data <= lin._packed[1].ctypes.data < room.ctypes.data + room.nbytes
+    want = np.empty_like(got)
+    C.matmul_packed(packed(raw, Q.Q4_0, 512), Q.Q4_0, 256, 512, x, want)
+    assert np.array_equal(got, want)

@@ -55,6 +55,7 @@ class Ops:
         self.k: ModuleType = impl if impl is not None else kernels.impl
         self.threads = threads
         self._ones = np.ones((0, 0), np.float32)
+        self.arena = packing.Arena()  # the packed weights' memory (huge pages where the system has them)
 
     # ---- arrays (float32, rows first) --------------------------------------------------------------------
     def empty(self, shape: tuple[int, ...]) -> np.ndarray:
@@ -101,7 +102,7 @@ class Ops:
     def matmul(self, w: Linear, x: np.ndarray) -> np.ndarray:
         """x (M, n_in) @ W.T -> (M, n_out)."""
         out = self.empty((x.shape[0], w.n_out))
-        packing.matmul(self.k, w, x, out, self.threads)
+        packing.matmul(self.k, w, x, out, self.threads, self.arena)
         return out
 
     def get_rows(self, w: Linear, ids: np.ndarray) -> np.ndarray:
