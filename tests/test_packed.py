@@ -166,8 +166,9 @@ def _weights_file(path: Path, wtype: int, n_out: int, n_in: int) -> np.ndarray:
 
 @pytest.mark.parametrize("wtype", [Q.Q4_0, Q.Q8_0, Q.Q6_K], ids=Q.type_name)
 def test_ops_packs_file_weights(tmp_path: Path, wtype: int) -> None:
-    """A file weight is packed at its first matmul (where the build packs it) and computes what matmul_packed
-    does; Linear.w still reads the file's bytes; a row-prefix copy (Qwen35.head_rows) shares the packing."""
+    """A file weight is packed at its first matmul (where the build packs it; else, from 1 MiB, its raw rows are
+    copied into the arena) and computes what matmul_packed (the raw kernel) does; Linear.w still reads the file's
+    bytes; a row-prefix copy (Qwen35.head_rows) shares the packing."""
     n_out, n_in = 4096 + 37, 1024  # more than a page per group: the release path drops whole pages
     raw = _weights_file(tmp_path / "w.gguf", wtype, n_out, n_in)
     lin = linear(open_gguf(tmp_path / "w.gguf"), "w", n_out, n_in)
@@ -186,7 +187,8 @@ def test_ops_packs_file_weights(tmp_path: Path, wtype: int) -> None:
     head.w, head.n_out = lin.w[:100], 100
     assert np.array_equal(ops.matmul(head, x), got[:, :100])
     if isinstance(lin._packed, tuple):
-        assert isinstance(head._packed, tuple) and head._packed[1] is lin._packed[1]
+        assert isinstance(head._packed, tuple) and np.shares_memory(head._packed[1], lin._packed[1])
+        assert lin._packed[3] == (C is not None and C.pack_rows(wtype) > 0)  # else: raw rows in huge pages
 
 
 def test_ops_keeps_memory_weights_raw() -> None:
@@ -272,3 +274,32 @@ def test_ops_packs_into_its_arena(tmp_path: Path) -> None:
     want = np.empty_like(got)
     C.matmul_packed(packed(raw, Q.Q4_0, 512), Q.Q4_0, 256, 512, x, want)
     assert np.array_equal(got, want)
+
+
+def test_ops_copies_large_unpacked_file_weights_into_its_arena(tmp_path: Path) -> None:
+    """A mapped float weight past RAW_COPY_MIN (no packed layout) runs on its rows copied into the arena: the same
+    outputs as the raw kernel on the file's bytes, a prefix view shares the copy, Linear.w still reads the file."""
+    from cuca.kernels.packing import RAW_COPY_MIN
+
+    n_out, n_in = 1024, 768
+    w = rows(n_out, n_in, seed=6).astype(np.float16)
+    assert w.nbytes >= RAW_COPY_MIN
+    wr = gguf.GGUFWriter(str(tmp_path / "f.gguf"), "llama")
+    wr.add_tensor("w", w)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    lin = linear(open_gguf(tmp_path / "f.gguf"), "w", n_out, n_in)
+    ops = Ops(2)
+    x = rows(3, n_in, seed=7)
+    want = np.empty((3, n_out), np.float32)
+    ops.k.matmul(np.array(lin.w), lin.wtype, n_out, n_in, x, want, 2)
+    assert np.array_equal(ops.matmul(lin, x), want)
+    if C is not None:
+        assert isinstance(lin._packed, tuple) and lin._packed[3] is False
+        assert not np.shares_memory(lin._packed[1], np.asarray(lin.w))
+    assert np.array_equal(np.asarray(lin.w), w)
+    head = copy.copy(lin)
+    head.w, head.n_out = lin.w[:100], 100
+    assert np.array_equal(ops.matmul(head, x), want[:, :100])

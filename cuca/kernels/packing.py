@@ -28,8 +28,9 @@ import numpy as np
 if TYPE_CHECKING:
     from ..models.layers import Linear
 
-# (raw array the packing was made from, packed bytes, rows packed)
-Packed = tuple[np.ndarray, np.ndarray, int]
+# (raw array the packing was made from, its bytes in the arena, rows, whether those are packed or raw rows copied)
+Packed = tuple[np.ndarray, np.ndarray, int, bool]
+RAW_COPY_MIN = 1 << 20  # a mapped weight the build does not pack is copied into the arena from this size on
 
 HUGE_PAGE = 2 << 20
 ARENA_CHUNK = 64 << 20
@@ -76,8 +77,10 @@ def matmul(k: ModuleType, w: Linear, x: np.ndarray, out: np.ndarray, threads: in
     p = _packed(k, w, threads, arena)
     if p is None:
         k.matmul(w.w, w.wtype, w.n_out, w.n_in, x, out, threads)
-    else:
+    elif p[3]:
         k.matmul_packed(p[1], w.wtype, p[2], w.n_in, x, out, threads)
+    else:
+        k.matmul(p[1], w.wtype, w.n_out, w.n_in, x, out, threads)
 
 
 def _packed(k: ModuleType, w: Linear, threads: int, arena: Arena | None) -> Packed | None:
@@ -97,7 +100,9 @@ def _prefix(p: Packed, w: Linear) -> Packed | None:
     same = (isinstance(w.w, np.ndarray) and w.w.ndim == 2 and w.w.shape[1] == src.shape[1]
             and w.w.shape[0] <= src.shape[0]
             and w.w.__array_interface__["data"][0] == src.__array_interface__["data"][0])
-    return (w.w, p[1], p[2]) if same else None
+    if not same:
+        return None
+    return (w.w, p[1], p[2], True) if p[3] else (w.w, p[1][: w.w.shape[0]], w.w.shape[0], False)
 
 
 def _file_map(a: np.ndarray) -> mmap.mmap | None:
@@ -107,9 +112,11 @@ def _file_map(a: np.ndarray) -> mmap.mmap | None:
 
 def _pack(k: ModuleType, w: Linear, threads: int, arena: Arena | None) -> Packed | None:
     pack_rows = getattr(k, "pack_rows", None)
-    if pack_rows is None or pack_rows(w.wtype) == 0 or w.n_out < pack_rows(w.wtype):
+    if pack_rows is None:
         return None
     mm = _file_map(w.w)
+    if pack_rows(w.wtype) == 0 or w.n_out < pack_rows(w.wtype):
+        return _copy_raw(w, mm, arena)
     if mm is None and not getattr(w, "_owned", False):  # someone else's array: it would be held twice
         return None
     if arena is not None:
@@ -121,7 +128,19 @@ def _pack(k: ModuleType, w: Linear, threads: int, arena: Arena | None) -> Packed
     k.pack(w.w, w.wtype, w.n_out, w.n_in, dst, threads)  # on the matmul's threads
     if mm is not None:
         _release(mm, w.w)
-    return (w.w, dst, w.n_out)
+    return (w.w, dst, w.n_out, True)
+
+
+def _copy_raw(w: Linear, mm: mmap.mmap | None, arena: Arena | None) -> Packed | None:
+    """A large mapped weight this build does not pack: its rows as they are, copied into the arena's huge pages
+    (the mapping released: memory-neutral), for the raw kernel. The E2B Q6_K head on AVX-512 (2 threads,
+    interleaved): 0.90-0.92x the time of reading the file mapping."""
+    if mm is None or arena is None or w.w.nbytes < RAW_COPY_MIN:
+        return None
+    dst = arena.alloc(w.w.nbytes).view(w.w.dtype).reshape(w.w.shape)
+    dst[...] = w.w
+    _release(mm, w.w)
+    return (w.w, dst, w.n_out, False)
 
 
 def _release(mm: mmap.mmap, a: np.ndarray) -> None:
