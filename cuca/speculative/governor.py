@@ -2,7 +2,7 @@
 
 Measurements (kept as long as the Governor, one per model, across requests):
   * the cost of a round with k drafts (the drafter's k steps plus a verify pass of M = k + 1 rows; k = 0 is a plain
-    step), the least of its last few timings per k (per M), so that a stalled round (another process on the core)
+    step), the median of its last few timings per k (per M), so that a stalled round (another process on the core)
     cannot swing a decision; a length never timed is interpolated;
   * the acceptance at each draft position j, conditional on reaching it (the drafts before it all accepted): a_j.
 A round with k drafts is then expected to emit E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j tokens, so its modelled rate
@@ -83,11 +83,11 @@ class MovingAverage:
 
 
 class CostAverage:
-    """Seconds per round: the least of the last `window` samples. A stall (another process on the core, a page
-    fault, the first round at a length paying first-use costs) only ever lengthens a round, so the least is the
-    round's own cost. It is optimistic for a length timed rarely (its window spans quieter moments), which is the
-    safe side: a length modelled too cheap gets chosen and timed afresh, while one modelled too dear would never be
-    timed again; a length in use follows a lasting load change within `window` rounds."""
+    """Seconds per round: the lower median of the last `window` samples. A stall (another process on the core, a
+    page fault) only ever lengthens a round, and the first round at a length also pays first-use costs (a drafter's
+    weights packed, buffers faulted in): a median drops both, where a moving average carried a first-round spike
+    into a rarely probed length's figure for long. A median, not the least: throughput follows the typical round,
+    and the least of a few short noisy rounds (prompt lookup on a 7 ms model) models drafting as nearly free."""
 
     def __init__(self, window: int = COST_WINDOW):
         self.window = window
@@ -97,7 +97,8 @@ class CostAverage:
 
     def add(self, seconds: float) -> None:
         self.samples.append(seconds)
-        self.value = min(self.samples)
+        ordered = sorted(self.samples)
+        self.value = ordered[(len(ordered) - 1) // 2]
         self.count += 1
 
 
@@ -167,14 +168,12 @@ class SpeedGovernor:
         return out
 
     def cost(self, k: int) -> float | None:
-        """Modelled seconds of a round with k drafts, never less than a plain step's and never more than a longer
-        round's: a round does a shorter round's work and more, so a figure out of that order is only load that
-        changed between the timings (a length timed only by the occasional depth probe keeps old figures). The
-        plain floor wins over the cap: drafts that are never accepted must not look faster than plain decoding."""
+        """Modelled seconds of a round with k drafts, never less than a plain step's: such a round does a plain
+        step's work and more, so a cheaper figure is only load that changed between the timings, and must not make
+        drafts that are never accepted look faster than plain decoding. (Only against the plain step: a cap from
+        another length would carry that length's stale figure over, e.g. a rarely probed length's quiet-moment
+        timing making every shorter round look as cheap as a plain step.)"""
         own, plain = self._cost(k), self._cost(0) if k > 0 else None
-        longer = [c.value for d, c in self.costs.items() if d > k and c.value is not None]
-        if k > 0 and own is not None and longer:  # a rarely timed length's figure is stale
-            own = min(own, *longer)
         return own if own is None or plain is None else max(own, plain)
 
     def _cost(self, k: int) -> float | None:
