@@ -202,6 +202,26 @@ static inline __attribute__((always_inline)) void qa_unpack4(const int wt, const
     *wm = QA_HASMIN(wt) ? qa_half4(wt, g, nv, 2) : _mm256_setzero_ps();
 }
 
+/* qa_unpack4 for a whole group (the same vectors, fewer instructions: at M = 1 the unpacking was the kernel's
+ * cost): a block's codes broadcast to both lanes and shifted per lane (low / high nibbles), and its first dword
+ * (d, then m or the next bytes) converted for all 4 blocks at once, [d0 m0 d1 m1 ..], then spread to the lanes */
+static inline __attribute__((always_inline)) void qa_unpack4_full(const int wt, const uint8_t *g, __m256i *u,
+                                                                  __m256 *wd, __m256 *wm) {
+    cuca_prefetch(g, 4 * QA_BYTES(wt));
+    const __m256i m4 = _mm256_set1_epi8(0x0F), sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    for (int j = 0; j < 4; j++) {
+        const uint8_t *blk = g + j * QA_BYTES(wt);
+        const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + QA_QS(wt))));
+        u[j] = _mm256_and_si256(_mm256_srlv_epi32(q, sh), m4);
+        if (wt == GT_Q5_0 || wt == GT_Q5_1) u[j] = _mm256_or_si256(u[j], qa_bits16(cuca_ld32(blk + QA_QH(wt))));
+    }
+    const int B = QA_BYTES(wt);
+    const __m256 f = _mm256_cvtph_ps(_mm_setr_epi32((int)cuca_ld32(g), (int)cuca_ld32(g + B), (int)cuca_ld32(g + 2 * B),
+                                                    (int)cuca_ld32(g + 3 * B)));
+    *wd = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
+    *wm = QA_HASMIN(wt) ? _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7)) : _mm256_setzero_ps();
+}
+
 /* One group for nr x rows: per block the exact pair sums (maddubs, madd), two horizontal adds leave lane j and
  * j + 4 = the halves of block j's sum; + c (code offset), * da, then acc += . * dw (+ wm * s). */
 static inline __attribute__((always_inline)) void qa_group(const int wt, const __m256i *u, __m256 wd, __m256 wm,
@@ -212,11 +232,12 @@ static inline __attribute__((always_inline)) void qa_group(const int wt, const _
     for (int r = 0; r < nr; r++) {
         const int8_t *q = ACT_QS(A, m0 + r) + 4 * QK * g;
         __m256i p[4];
-        for (int j = 0; j < 4; j++) {
-            __m256i a = _mm256_load_si256((const __m256i *)(q + QK * j));
-            p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(u[j], a), ones);
-        }
-        __m256i ci = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+        for (int j = 0; j < 4; j++)
+            p[j] = _mm256_maddubs_epi16(u[j], _mm256_load_si256((const __m256i *)(q + QK * j)));
+        /* pair sums folded in int16 before one widening: 8 pairs of codes <= 31 and |a| <= 128 stay below 2^15,
+         * and integer sums are exact in any order (the same lanes as widening each block first) */
+        __m256i ci = _mm256_madd_epi16(
+            _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3])), ones);
         ci = _mm256_add_epi32(ci, _mm256_load_si256((const __m256i *)(ACT_C(A, m0 + r) + 8 * g)));
         const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ci), _mm256_load_ps(ACT_D(A, m0 + r) + 8 * g));
         acc[r] = _mm256_fmadd_ps(f, wd, acc[r]);
@@ -235,7 +256,7 @@ static inline __attribute__((always_inline)) void qa_tile(const int wt, const ui
         __m256 wd, wm;
         const int nv = nb - 4 * g < 4 ? (int)(nb - 4 * g) : 4;
         if (nv == 4) /* the whole group: no per-block checks */
-            qa_unpack4(wt, w + g * 4 * QA_BYTES(wt), 4, u, &wd, &wm);
+            qa_unpack4_full(wt, w + g * 4 * QA_BYTES(wt), u, &wd, &wm);
         else
             qa_unpack4(wt, w + g * 4 * QA_BYTES(wt), nv, u, &wd, &wm);
         qa_group(wt, u, wd, wm, g, nr, A, m0, acc);
@@ -243,6 +264,45 @@ static inline __attribute__((always_inline)) void qa_tile(const int wt, const ui
     #pragma GCC unroll 17
     for (int r = 0; r < nr; r++) out[r * ldo] = hsum256(acc[r]);
 }
+
+/* x row m0 against the two weight rows w and w + rb at once (out[0], out[1]): each row's operations exactly as
+ * qa_tile's, interleaved so that one row's accumulator chain runs while the other waits (at M = 1 a lone row's
+ * fma chain, two per group, bound the loop) */
+static inline __attribute__((always_inline)) void qa_tile_w2(const int wt, const uint8_t *w, size_t rb,
+                                                             const cuca_act *A, int64_t m0, float *out) {
+    const int64_t nb = A->n_in / QK, ng = (nb + 3) / 4;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        __m256i u0[4], u1[4];
+        __m256 wd0, wm0, wd1, wm1;
+        const int nv = nb - 4 * g < 4 ? (int)(nb - 4 * g) : 4;
+        const uint8_t *g0 = w + g * 4 * QA_BYTES(wt), *g1 = g0 + rb;
+        if (nv == 4) {
+            qa_unpack4_full(wt, g0, u0, &wd0, &wm0);
+            qa_unpack4_full(wt, g1, u1, &wd1, &wm1);
+        } else {
+            qa_unpack4(wt, g0, nv, u0, &wd0, &wm0);
+            qa_unpack4(wt, g1, nv, u1, &wd1, &wm1);
+        }
+        qa_group(wt, u0, wd0, wm0, g, 1, A, m0, &acc0);
+        qa_group(wt, u1, wd1, wm1, g, 1, A, m0, &acc1);
+    }
+    out[0] = hsum256(acc0);
+    out[1] = hsum256(acc1);
+}
+
+/* tile kernels: one x row takes the weight rows two at a time (qa_tile_w2), taller tiles one at a time */
+#define QA_FN(name, wt)                                                                                          \
+    static void name(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64_t m0, int nr, float *out,    \
+                     int64_t ldo) {                                                                             \
+        if (nr == 1 && wt == GT_Q5_1) { /* where it pays (measured: Q4_1, Q5_0 not) */                          \
+            int i_ = 0;                                                                                         \
+            for (; i_ + 1 < nw; i_ += 2) qa_tile_w2(wt, w + (size_t)i_ * rb, rb, A, m0, out + i_);              \
+            if (i_ < nw) qa_tile(wt, w + (size_t)i_ * rb, A, m0, 1, out + i_, ldo);                             \
+            return;                                                                                             \
+        }                                                                                                       \
+        switch (nr) { CUCA_TILE_CASES8(qa_tile, wt) default: break; }                                           \
+    }
 
 #else /* portable C */
 static inline void qa_tile(const int wt, const uint8_t *w, const cuca_act *A, int64_t m0, const int nr, float *out,
@@ -268,7 +328,8 @@ static inline void qa_tile(const int wt, const uint8_t *w, const cuca_act *A, in
 }
 #endif
 
-#if QA_T == 17
+#if defined(CUCA_AVX2) /* QA_FN above */
+#elif QA_T == 17
 #define QA_FN(name, wt) CUCA_TILE_FN(name, qa_tile, wt, 17)
 #elif QA_T == 8
 #define QA_FN(name, wt) CUCA_TILE_FN(name, qa_tile, wt, 8)
