@@ -238,7 +238,8 @@ static inline __attribute__((always_inline)) void qa_group(const int wt, const _
          * and integer sums are exact in any order (the same lanes as widening each block first) */
         __m256i ci = _mm256_madd_epi16(
             _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3])), ones);
-        ci = _mm256_add_epi32(ci, _mm256_load_si256((const __m256i *)(ACT_C(A, m0 + r) + 8 * g)));
+        if (!QA_HASMIN(wt)) /* the code offset's correction (Q4_1 / Q5_1 codes have none: c = 0) */
+            ci = _mm256_add_epi32(ci, _mm256_load_si256((const __m256i *)(ACT_C(A, m0 + r) + 8 * g)));
         const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ci), _mm256_load_ps(ACT_D(A, m0 + r) + 8 * g));
         acc[r] = _mm256_fmadd_ps(f, wd, acc[r]);
         if (QA_HASMIN(wt)) acc[r] = _mm256_fmadd_ps(wm, _mm256_load_ps(ACT_S(A, m0 + r) + 8 * g), acc[r]);
