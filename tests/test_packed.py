@@ -1,6 +1,7 @@
-"""Row-interleaved (packed) Q4_0 / Q8_0 / Q6_K weights of the C backend (matmul_p.c, cuca.kernels.packing): equal to the
-numpy twin of the raw matmul, bit-for-bit batch invariant (batch size, position, threads, row prefixes), and
-behind Ops: file weights are packed once, their raw bytes stay readable, in-memory weights stay raw."""
+"""Row-interleaved (packed) Q4_0 / Q8_0 / Q6_K / Q4_1 weights of the C backend (matmul_p.c,
+cuca.kernels.packing): equal to the numpy twin of the raw matmul, bit-for-bit batch invariant (batch size,
+position, threads, row prefixes), and behind Ops: file weights are packed once, their raw bytes stay readable,
+in-memory weights stay raw."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from cuca.models.layers import Linear, linear
 from cuca.models.ops import Ops
 
 C = implementations().get("c")
-PACKED = [t for t in (Q.Q4_0, Q.Q8_0, Q.Q6_K) if C is not None and C.pack_rows(t) > 0]
+PACKED = [t for t in (Q.Q4_0, Q.Q8_0, Q.Q6_K, Q.Q4_1) if C is not None and C.pack_rows(t) > 0]
 needs_packed = pytest.mark.skipif(not PACKED, reason="this build packs no format")
 MS = [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32]
-N_IN = {Q.Q4_0: 352, Q.Q8_0: 352, Q.Q6_K: 768}  # odd numbers of blocks: a record (matmul_p.c) holds fewer
+N_IN = {Q.Q4_0: 352, Q.Q8_0: 352, Q.Q6_K: 768, Q.Q4_1: 352}  # odd numbers of blocks: a record (matmul_p.c) holds fewer
 TOL = 1e-6  # |C - numpy| / (|W| @ |x|), as tests/test_matmul.py
 
 
@@ -79,8 +80,9 @@ def test_packed_extreme_codes(wtype: int) -> None:
         w[:, :, 192:208] = rng.choice(np.array([-128, -127, 127], np.int8), w[:, :, 192:208].shape).view(np.uint8)
     elif wtype == Q.Q8_0:
         w[:, :, 2:] = rng.choice(np.array([-128, -127, 127], np.int8), w[:, :, 2:].shape).view(np.uint8)
-    else:
-        w[:, :, 2:] = rng.choice(np.array([0x00, 0xFF, 0x0F, 0xF0], np.uint8), w[:, :, 2:].shape)
+    else:  # Q4_0 codes after d; Q4_1 after d and m
+        c0 = 4 if wtype == Q.Q4_1 else 2
+        w[:, :, c0:] = rng.choice(np.array([0x00, 0xFF, 0x0F, 0xF0], np.uint8), w[:, :, c0:].shape)
     w = np.ascontiguousarray(w.reshape(n_out, -1))
     x = rng.choice(np.array([-1.0, 1.0], np.float32), (9, n_in))
     x[0] = -1.0  # every product of a -128 code at its largest
@@ -147,7 +149,7 @@ def test_pack_validation() -> None:
         C.matmul_packed(p, t, 20, 64, np.zeros((2, 32), np.float32), np.zeros((2, 20), np.float32))
     with pytest.raises(ValueError, match="n_threads"):
         C.matmul_packed(p, t, 20, 64, x, np.zeros((2, 20), np.float32), -1)
-    u = Q.Q4_1  # no packed layout in any build
+    u = Q.Q5_0  # no packed layout in any build
     wu = random_weight(u, 20, 64)
     with pytest.raises(ValueError, match="packed layout"):
         C.pack(wu, u, 20, 64, np.empty(wu.nbytes, np.uint8))
@@ -164,7 +166,7 @@ def _weights_file(path: Path, wtype: int, n_out: int, n_in: int) -> np.ndarray:
     return raw
 
 
-@pytest.mark.parametrize("wtype", [Q.Q4_0, Q.Q8_0, Q.Q6_K], ids=Q.type_name)
+@pytest.mark.parametrize("wtype", [Q.Q4_0, Q.Q8_0, Q.Q6_K, Q.Q4_1], ids=Q.type_name)
 def test_ops_packs_file_weights(tmp_path: Path, wtype: int) -> None:
     """A file weight is packed at its first matmul (where the build packs it; else, from 1 MiB, its raw rows are
     copied into the arena) and computes what matmul_packed (the raw kernel) does; Linear.w still reads the file's

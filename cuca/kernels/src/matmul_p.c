@@ -1,4 +1,4 @@
-/* Row-interleaved ("packed") Q4_0 / Q8_0 weights (Q6_K: matmul_p6.c) and their tile kernels: R = 16 (AVX-512)
+/* Row-interleaved ("packed") Q4_0 / Q8_0 weights, Q4_1 on AVX2 (Q6_K: matmul_p6.c) and their tile kernels: R = 16 (AVX-512)
  * or 8 (AVX2) weight rows share one vector, one int32 lane per row, so one broadcast activation dword feeds R
  * output rows and each lane sums a whole 32-block: per block and x row one int->float conversion, one scale
  * product and one fma for R rows
@@ -22,16 +22,18 @@
 
 int cuca_pack_rows(int wtype) {
 #if defined(CUCA_AVX2)
-    if (wtype == GT_Q6_K) return PK_R; /* AVX-512 keeps Q6_K raw (matmul_p6.c says why) */
+    /* AVX-512 keeps Q6_K raw (matmul_p6.c says why); Q4_1 raw ran at about half the packed rate (AVX2) */
+    if (wtype == GT_Q6_K || wtype == GT_Q4_1) return PK_R;
 #endif
     return wtype == GT_Q4_0 || wtype == GT_Q8_0 ? PK_R : 0;
 }
 
 int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *dst) {
-    const int R = cuca_pack_rows(wtype), k6 = wtype == GT_Q6_K;
+    const int R = cuca_pack_rows(wtype), k6 = wtype == GT_Q6_K, q41 = wtype == GT_Q4_1;
     if (R == 0) return CUCA_EUNSUPPORTED;
-    const int bs = k6 ? QKK : QK, bytes = k6 ? 210 : wtype == GT_Q8_0 ? 34 : 18, nt = PK_NT(wtype);
-    const int doff = k6 ? 208 : 0, coff = k6 ? 0 : 2; /* where a block's fp16 scale and its code dwords are */
+    const int bs = k6 ? QKK : QK, bytes = k6 ? 210 : wtype == GT_Q8_0 ? 34 : q41 ? 20 : 18, nt = PK_NT(wtype);
+    /* where a block's fp16 scale (Q4_1: then its min) and its code dwords are */
+    const int doff = k6 ? 208 : 0, coff = k6 ? 0 : q41 ? 4 : 2;
     if (n_out <= 0 || n_in <= 0 || n_in % bs) return CUCA_EINVAL;
     const int64_t nb = n_in / bs, ng = n_out / R;
     const size_t rb = (size_t)nb * bytes, gb = rb * R;
@@ -41,11 +43,12 @@ int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *
     for (int64_t g = 0; g < ng; g++)
         for (int64_t b = 0; b < nb; b++) {
             size_t co, so;
-            pk_where(R, nb, b, (size_t)R * 4 * nt, &co, &so);
+            pk_where(R, nb, b, (size_t)R * 4 * nt, q41 ? 4 : 2, &co, &so);
             uint8_t *codes = out + g * gb + co, *scales = out + g * gb + so;
             for (int r = 0; r < R; r++) {
                 const uint8_t *blk = src + (size_t)(g * R + r) * rb + b * bytes;
                 memcpy(scales + 2 * r, blk + doff, 2);
+                if (q41) memcpy(scales + 2 * R + 2 * r, blk + 2, 2);
                 for (int t = 0; t < nt; t++)
                     for (int k = 0; k < 4; k++) codes[(t * R + r) * 4 + k] = (uint8_t)(blk[coff + 4 * t + k] ^ flip);
             }
@@ -97,7 +100,7 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
     }
     for (int64_t b = 0; b < nb; b++) {
         size_t co = (size_t)b * bytes, so = 0;
-        if (!rb) pk_where(16, nb, b, 64 * (size_t)nt, &co, &so);
+        if (!rb) pk_where(16, nb, b, 64 * (size_t)nt, 2, &co, &so);
         const uint8_t *cb = g + co;
         __m512i u[8], v[8];
         __m512 dw;
@@ -165,7 +168,7 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
     }
     for (int64_t b = 0; b < nb; b++) {
         size_t co = (size_t)b * 18, so = 0;
-        if (!rb) pk_where(8, nb, b, 128, &co, &so);
+        if (!rb) pk_where(8, nb, b, 128, 2, &co, &so);
         const uint8_t *cb = g + co;
         __m256i u[8], v[4];
         __m256 dw;
@@ -218,7 +221,7 @@ static inline __attribute__((always_inline)) void pk_group_q8(const uint8_t *g, 
     }
     for (int64_t b = 0; b < nb; b++) {
         size_t co = (size_t)b * 34, so = 0;
-        if (!rb) pk_where(8, nb, b, 256, &co, &so);
+        if (!rb) pk_where(8, nb, b, 256, 2, &co, &so);
         const uint8_t *cb = g + co;
         __m256i v[8], s[PK_T8];
         __m256 dw;
@@ -251,13 +254,73 @@ static inline __attribute__((always_inline)) void pk_group_q8(const uint8_t *g, 
     }
     pk_store8(out, ldo, nr, nv, acc);
 }
+
+/* One group of 8 weight rows, Q4_1 (w = d * code + m, codes 0..15 with no offset): the Q4_0 kernel's integer sums
+ * and scaling, and the min term m * s (s = da * sum(a), from the Q8_1 activations) in a second accumulator so
+ * that the row's fma chain stays one long per block; the two are added at the end. */
+static inline __attribute__((always_inline)) void pk_group_q41(const uint8_t *g, int64_t nb, const cuca_act *A,
+                                                               int64_t m0, const int nr, float *out, int64_t ldo,
+                                                               int nv, const size_t rb) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+    const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 acc[PK_T], accm[PK_T];
+    const int8_t *q[PK_T];
+    const float *d[PK_T], *s[PK_T];
+    #pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+        acc[r] = accm[r] = _mm256_setzero_ps();
+        q[r] = ACT_QS(A, m0 + r);
+        d[r] = ACT_D(A, m0 + r);
+        s[r] = ACT_S(A, m0 + r);
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        size_t co = (size_t)b * 20, so = 0;
+        if (!rb) pk_where(8, nb, b, 128, 4, &co, &so);
+        const uint8_t *cb = g + co;
+        __m256i u[8], v[4];
+        __m256 dw, mw;
+        if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
+            if ((co & 63) < 20) /* this block starts a new line of each row */
+                for (int i = 0; i < nv; i++) _mm_prefetch((const char *)cb + (size_t)i * rb + CUCA_PREFETCH, _MM_HINT_T0);
+            pk_rows8(cb + 4, rb, nv, v);
+            dw = pk_scales8(cb, idx, mk);
+            mw = pk_scales8(cb + 2, idx, mk);
+        } else {
+            for (int o = 0; o <= 128; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T1);
+            for (int t = 0; t < 4; t++) v[t] = _mm256_loadu_si256((const __m256i *)(cb + 32 * t));
+            dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so)));
+            mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so + 16)));
+        }
+        for (int t = 0; t < 4; t++) {
+            u[t] = _mm256_and_si256(v[t], m4);
+            u[t + 4] = _mm256_and_si256(_mm256_srli_epi16(v[t], 4), m4);
+        }
+        #pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const int8_t *a = q[r] + QK * b;
+            __m256i p = _mm256_maddubs_epi16(u[0], _mm256_set1_epi32(ld_i32(a)));
+            #pragma GCC unroll 8
+            for (int t = 1; t < 8; t++) /* |sum| <= 8 * 2 * 15 * 128 < 2^15: exact in int16 */
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[t], _mm256_set1_epi32(ld_i32(a + 4 * t))));
+            const __m256 f = _mm256_mul_ps(dw, _mm256_set1_ps(d[r][pk_ai(b)]));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), f, acc[r]);
+            accm[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(s[r][pk_ai(b)]), accm[r]);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) acc[r] = _mm256_add_ps(acc[r], accm[r]);
+    pk_store8(out, ldo, nr, nv, acc);
+}
 #endif
 
 #if PK_R > 0
 /* the group kernel of format wt: AVX2 Q8_0 has its own (sign trick, tile PK_T8), the others share pk_group */
 #if defined(CUCA_AVX2)
-#define PK_GROUP(wt, n) \
-    ((wt) == GT_Q8_0 ? pk_group_q8(g, nb, A, m0, n, out, ldo, nv, rb) : pk_group(wt, g, nb, A, m0, n, out, ldo, nv, rb))
+#define PK_GROUP(wt, n)                                                                                        \
+    ((wt) == GT_Q8_0 ? pk_group_q8(g, nb, A, m0, n, out, ldo, nv, rb)                                          \
+     : (wt) == GT_Q4_1 ? pk_group_q41(g, nb, A, m0, n, out, ldo, nv, rb)                                       \
+                       : pk_group(wt, g, nb, A, m0, n, out, ldo, nv, rb))
 #define PK_TILE(wt) ((wt) == GT_Q8_0 ? PK_T8 : PK_T)
 #else
 #define PK_GROUP(wt, n) pk_group(wt, g, nb, A, m0, n, out, ldo, nv, rb)
@@ -283,6 +346,9 @@ static inline __attribute__((always_inline)) void pk_group_q8(const uint8_t *g, 
     }
 PK_FNS(pk_q4_0, GT_Q4_0)
 PK_FNS(pk_q8_0, GT_Q8_0)
+#if defined(CUCA_AVX2)
+PK_FNS(pk_q4_1, GT_Q4_1)
+#endif
 #endif
 
 int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
@@ -292,6 +358,9 @@ int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     cuca_tile_fn r = NULL;
     if (wtype == GT_Q4_0) p = pk_q4_0, r = pk_q4_0_raw;
     else if (wtype == GT_Q8_0) p = pk_q8_0, r = pk_q8_0_raw;
+#if defined(CUCA_AVX2)
+    else if (wtype == GT_Q4_1) p = pk_q4_1, r = pk_q4_1_raw;
+#endif
     else return CUCA_EUNSUPPORTED;
     if (packed) *packed = p;
     if (raw) *raw = r;

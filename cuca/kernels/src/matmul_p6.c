@@ -110,7 +110,7 @@ static inline __attribute__((always_inline)) void p6_group(const uint8_t *g, int
             v = (const uint8_t *)buf;
         } else {
             size_t co, so;
-            pk_where(8, nb, sb, (size_t)P6_V * P6_NT, &co, &so);
+            pk_where(8, nb, sb, (size_t)P6_V * P6_NT, 2, &co, &so);
             for (int o = 0; o < 8 * P6_BYTES; o += 64) _mm_prefetch((const char *)g + co + PK_PF + o, _MM_HINT_T1);
             v = g + co;
             dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so)));

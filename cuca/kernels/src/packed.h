@@ -22,15 +22,16 @@
 #endif
 
 /* A group of R rows is one stream of records of K = 64 / (2R) blocks (the last may hold fewer): the fp16 scales of
- * rows 0..R-1 for each block of the record (one cache line), then per block its code dwords t of rows 0..R-1 side
- * by side (cbytes = R * 4 * dwords per block). Block b of a group of nb blocks: where its codes and scales are. */
-static inline __attribute__((always_inline)) void pk_where(int R, int64_t nb, int64_t b, size_t cbytes,
+ * rows 0..R-1 for each block of the record (one cache line; Q4_1: per block its R scales then its R mins, two
+ * lines), then per block its code dwords t of rows 0..R-1 side by side (cbytes = R * 4 * dwords per block).
+ * Block b of a group of nb blocks: where its codes and scales are (sb: scale bytes per row and block, 2 or 4). */
+static inline __attribute__((always_inline)) void pk_where(int R, int64_t nb, int64_t b, size_t cbytes, int sb,
                                                            size_t *codes, size_t *scales) {
     const int K = 64 / (2 * R);
     const int64_t j = b % K, b0 = b - j, kk = nb - b0 < K ? nb - b0 : K;
-    const size_t rec = (size_t)b0 * (2 * (size_t)R + cbytes);
-    *scales = rec + 2 * (size_t)R * (size_t)j;
-    *codes = rec + 2 * (size_t)R * (size_t)kk + cbytes * (size_t)j;
+    const size_t rec = (size_t)b0 * ((size_t)sb * (size_t)R + cbytes);
+    *scales = rec + (size_t)sb * (size_t)R * (size_t)j;
+    *codes = rec + (size_t)sb * (size_t)R * (size_t)kk + cbytes * (size_t)j;
 }
 
 #if defined(CUCA_AVX512) || defined(CUCA_AVX2)
