@@ -146,41 +146,46 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
 }
 
 #elif defined(CUCA_AVX2)
-/* One group of 8 weight rows, Q4_0: per x row and block the 8 code/activation pair products summed in
- * int16 (|sum| <= 8 * 2 * 15 * 127 < 2^15: exact), widened once, + c. */
+/* One group of 8 weight rows, Q4_0 or Q4_1: per x row and block the 8 code/activation pair products summed in
+ * int16 (|sum| <= 8 * 2 * 15 * 128 < 2^15: exact), widened once; Q4_0 + c (its code offset), Q4_1 (w = d * code + m,
+ * no offset) adds the min term m * s (s = da * sum(a), Q8_1 activations) in a second accumulator, so that the
+ * row's fma chain stays one long per block, the two summed at the end. */
 static inline __attribute__((always_inline)) void pk_group(const int wt, const uint8_t *g, int64_t nb,
                                                            const cuca_act *A, int64_t m0, const int nr, float *out,
                                                            int64_t ldo, int nv, const size_t rb) {
-    (void)wt;
+    const int q41 = wt == GT_Q4_1, bytes = q41 ? 20 : 18, coff = q41 ? 4 : 2;
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
     const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256 acc[PK_T];
+    __m256 acc[PK_T], accm[PK_T];
     const int8_t *q[PK_T];
     const int32_t *c[PK_T];
-    const float *d[PK_T];
+    const float *d[PK_T], *s[PK_T];
     #pragma GCC unroll 4
     for (int r = 0; r < nr; r++) {
-        acc[r] = _mm256_setzero_ps();
+        acc[r] = accm[r] = _mm256_setzero_ps();
         q[r] = ACT_QS(A, m0 + r);
         c[r] = ACT_C(A, m0 + r);
         d[r] = ACT_D(A, m0 + r);
+        s[r] = q41 ? ACT_S(A, m0 + r) : NULL;
     }
     for (int64_t b = 0; b < nb; b++) {
-        size_t co = (size_t)b * 18, so = 0;
-        if (!rb) pk_where(8, nb, b, 128, 2, &co, &so);
+        size_t co = (size_t)b * bytes, so = 0;
+        if (!rb) pk_where(8, nb, b, 128, q41 ? 4 : 2, &co, &so);
         const uint8_t *cb = g + co;
         __m256i u[8], v[4];
-        __m256 dw;
+        __m256 dw, mw = _mm256_setzero_ps();
         if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
-            if ((co & 63) < 18) /* this block starts a new line of each row */
+            if ((co & 63) < (size_t)bytes) /* this block starts a new line of each row */
                 for (int i = 0; i < nv; i++) _mm_prefetch((const char *)cb + (size_t)i * rb + CUCA_PREFETCH, _MM_HINT_T0);
-            pk_rows8(cb + 2, rb, nv, v);
+            pk_rows8(cb + coff, rb, nv, v);
             dw = pk_scales8(cb, idx, mk);
+            if (q41) mw = pk_scales8(cb + 2, idx, mk);
         } else {
             for (int o = 0; o <= 128; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T1);
             for (int t = 0; t < 4; t++) v[t] = _mm256_loadu_si256((const __m256i *)(cb + 32 * t));
             dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so)));
+            if (q41) mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so + 16)));
         }
         for (int t = 0; t < 4; t++) {
             u[t] = _mm256_and_si256(v[t], m4);
@@ -193,11 +198,15 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
             #pragma GCC unroll 8
             for (int t = 1; t < 8; t++) /* u[t]: values 4t .. 4t+3 (natural activation order) */
                 p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[t], _mm256_set1_epi32(ld_i32(a + 4 * t))));
-            const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(c[r][pk_ai(b)]));
+            __m256i si = _mm256_madd_epi16(p, ones);
+            if (!q41) si = _mm256_add_epi32(si, _mm256_set1_epi32(c[r][pk_ai(b)]));
             const __m256 f = _mm256_mul_ps(dw, _mm256_set1_ps(d[r][pk_ai(b)]));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), f, acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), f, acc[r]);
+            if (q41) accm[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(s[r][pk_ai(b)]), accm[r]);
         }
     }
+    if (q41)
+        for (int r = 0; r < nr; r++) acc[r] = _mm256_add_ps(acc[r], accm[r]);
     pk_store8(out, ldo, nr, nv, acc);
 }
 
@@ -254,73 +263,13 @@ static inline __attribute__((always_inline)) void pk_group_q8(const uint8_t *g, 
     }
     pk_store8(out, ldo, nr, nv, acc);
 }
-
-/* One group of 8 weight rows, Q4_1 (w = d * code + m, codes 0..15 with no offset): the Q4_0 kernel's integer sums
- * and scaling, and the min term m * s (s = da * sum(a), from the Q8_1 activations) in a second accumulator so
- * that the row's fma chain stays one long per block; the two are added at the end. */
-static inline __attribute__((always_inline)) void pk_group_q41(const uint8_t *g, int64_t nb, const cuca_act *A,
-                                                               int64_t m0, const int nr, float *out, int64_t ldo,
-                                                               int nv, const size_t rb) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
-    const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256 acc[PK_T], accm[PK_T];
-    const int8_t *q[PK_T];
-    const float *d[PK_T], *s[PK_T];
-    #pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) {
-        acc[r] = accm[r] = _mm256_setzero_ps();
-        q[r] = ACT_QS(A, m0 + r);
-        d[r] = ACT_D(A, m0 + r);
-        s[r] = ACT_S(A, m0 + r);
-    }
-    for (int64_t b = 0; b < nb; b++) {
-        size_t co = (size_t)b * 20, so = 0;
-        if (!rb) pk_where(8, nb, b, 128, 4, &co, &so);
-        const uint8_t *cb = g + co;
-        __m256i u[8], v[4];
-        __m256 dw, mw;
-        if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
-            if ((co & 63) < 20) /* this block starts a new line of each row */
-                for (int i = 0; i < nv; i++) _mm_prefetch((const char *)cb + (size_t)i * rb + CUCA_PREFETCH, _MM_HINT_T0);
-            pk_rows8(cb + 4, rb, nv, v);
-            dw = pk_scales8(cb, idx, mk);
-            mw = pk_scales8(cb + 2, idx, mk);
-        } else {
-            for (int o = 0; o <= 128; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T1);
-            for (int t = 0; t < 4; t++) v[t] = _mm256_loadu_si256((const __m256i *)(cb + 32 * t));
-            dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so)));
-            mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so + 16)));
-        }
-        for (int t = 0; t < 4; t++) {
-            u[t] = _mm256_and_si256(v[t], m4);
-            u[t + 4] = _mm256_and_si256(_mm256_srli_epi16(v[t], 4), m4);
-        }
-        #pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            const int8_t *a = q[r] + QK * b;
-            __m256i p = _mm256_maddubs_epi16(u[0], _mm256_set1_epi32(ld_i32(a)));
-            #pragma GCC unroll 8
-            for (int t = 1; t < 8; t++) /* |sum| <= 8 * 2 * 15 * 128 < 2^15: exact in int16 */
-                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[t], _mm256_set1_epi32(ld_i32(a + 4 * t))));
-            const __m256 f = _mm256_mul_ps(dw, _mm256_set1_ps(d[r][pk_ai(b)]));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), f, acc[r]);
-            accm[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(s[r][pk_ai(b)]), accm[r]);
-        }
-    }
-    #pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) acc[r] = _mm256_add_ps(acc[r], accm[r]);
-    pk_store8(out, ldo, nr, nv, acc);
-}
 #endif
 
 #if PK_R > 0
 /* the group kernel of format wt: AVX2 Q8_0 has its own (sign trick, tile PK_T8), the others share pk_group */
 #if defined(CUCA_AVX2)
-#define PK_GROUP(wt, n)                                                                                        \
-    ((wt) == GT_Q8_0 ? pk_group_q8(g, nb, A, m0, n, out, ldo, nv, rb)                                          \
-     : (wt) == GT_Q4_1 ? pk_group_q41(g, nb, A, m0, n, out, ldo, nv, rb)                                       \
-                       : pk_group(wt, g, nb, A, m0, n, out, ldo, nv, rb))
+#define PK_GROUP(wt, n) \
+    ((wt) == GT_Q8_0 ? pk_group_q8(g, nb, A, m0, n, out, ldo, nv, rb) : pk_group(wt, g, nb, A, m0, n, out, ldo, nv, rb))
 #define PK_TILE(wt) ((wt) == GT_Q8_0 ? PK_T8 : PK_T)
 #else
 #define PK_GROUP(wt, n) pk_group(wt, g, nb, A, m0, n, out, ldo, nv, rb)
