@@ -267,45 +267,6 @@ static inline __attribute__((always_inline)) void qa_tile(const int wt, const ui
     for (int r = 0; r < nr; r++) out[r * ldo] = hsum256(acc[r]);
 }
 
-/* x row m0 against the two weight rows w and w + rb at once (out[0], out[1]): each row's operations exactly as
- * qa_tile's, interleaved so that one row's accumulator chain runs while the other waits (at M = 1 a lone row's
- * fma chain, two per group, bound the loop) */
-static inline __attribute__((always_inline)) void qa_tile_w2(const int wt, const uint8_t *w, size_t rb,
-                                                             const cuca_act *A, int64_t m0, float *out) {
-    const int64_t nb = A->n_in / QK, ng = (nb + 3) / 4;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (int64_t g = 0; g < ng; g++) {
-        __m256i u0[4], u1[4];
-        __m256 wd0, wm0, wd1, wm1;
-        const int nv = nb - 4 * g < 4 ? (int)(nb - 4 * g) : 4;
-        const uint8_t *g0 = w + g * 4 * QA_BYTES(wt), *g1 = g0 + rb;
-        if (nv == 4) {
-            qa_unpack4_full(wt, g0, u0, &wd0, &wm0);
-            qa_unpack4_full(wt, g1, u1, &wd1, &wm1);
-        } else {
-            qa_unpack4(wt, g0, nv, u0, &wd0, &wm0);
-            qa_unpack4(wt, g1, nv, u1, &wd1, &wm1);
-        }
-        qa_group(wt, u0, wd0, wm0, g, 1, A, m0, &acc0);
-        qa_group(wt, u1, wd1, wm1, g, 1, A, m0, &acc1);
-    }
-    out[0] = hsum256(acc0);
-    out[1] = hsum256(acc1);
-}
-
-/* tile kernels: one x row takes the weight rows two at a time (qa_tile_w2), taller tiles one at a time */
-#define QA_FN(name, wt)                                                                                          \
-    static void name(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64_t m0, int nr, float *out,    \
-                     int64_t ldo) {                                                                             \
-        if (nr == 1 && wt == GT_Q5_1) { /* where it pays (measured: Q4_1, Q5_0 not) */                          \
-            int i_ = 0;                                                                                         \
-            for (; i_ + 1 < nw; i_ += 2) qa_tile_w2(wt, w + (size_t)i_ * rb, rb, A, m0, out + i_);              \
-            if (i_ < nw) qa_tile(wt, w + (size_t)i_ * rb, A, m0, 1, out + i_, ldo);                             \
-            return;                                                                                             \
-        }                                                                                                       \
-        switch (nr) { CUCA_TILE_CASES8(qa_tile, wt) default: break; }                                           \
-    }
-
 #else /* portable C */
 static inline void qa_tile(const int wt, const uint8_t *w, const cuca_act *A, int64_t m0, const int nr, float *out,
                            int64_t ldo) {
@@ -330,8 +291,7 @@ static inline void qa_tile(const int wt, const uint8_t *w, const cuca_act *A, in
 }
 #endif
 
-#if defined(CUCA_AVX2) /* QA_FN above */
-#elif QA_T == 17
+#if QA_T == 17
 #define QA_FN(name, wt) CUCA_TILE_FN(name, qa_tile, wt, 17)
 #elif QA_T == 8
 #define QA_FN(name, wt) CUCA_TILE_FN(name, qa_tile, wt, 8)
