@@ -13,10 +13,11 @@ rounding (and where llama.cpp's GELU rounds its input and output to fp16 through
   noise can flip in either), on all prompts but at most one in eight (the rounding error has a heavy tail: exact
   float64 arithmetic itself departs from llama.cpp's greedy tokens at llama.cpp margins of 0.11-0.39 on 4 of
   these 16 prompts); every divergence is printed;
-* per prompt, |cuca - llama.cpp| (shift removed) is at most 1.6 and on average at most 0.35 (the maximum has a
-  heavy tail: the AVX2 build gives 1.51 on Gemma 3's "17 times 23" prompt, where the portable build gives 0.82 and
-  replacing only the float32 attention, matmul or GELU by its float64 twin gives 0.95 / 0.82 / 1.04: a prompt
-  that amplifies any rounding, not one kernel's error);
+* per prompt, the largest |cuca - llama.cpp| (shift removed) is at most 1.5, or, where that one logit is off by
+  more, cuca is within 1.5 of the exact float64 logits everywhere (both engines requantize activations to int8
+  before every matmul, so a tiny float difference can flip a code and move a logit by a quantization step: on
+  Gemma 3's "17 times 23" prompt the AVX2 build is 1.51 from llama.cpp but 1.25 from exact, where llama.cpp
+  is 0.54 from exact and the portable build 0.82 from llama.cpp); on average |cuca - llama.cpp| is at most 0.35;
 * per model, cuca's mean distance to the exact logits is at most 1.25x llama.cpp's: cuca is as accurate;
 * the arg-max equals the exact arg-max wherever the exact margin is at least 0.25.
 """
@@ -40,7 +41,7 @@ from cuca.sampling import SamplingParams
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = {"smollm2": "smollm2-135m-instruct-q4_1", "gemma3": "gemma3-270m-q4_k_m"}
 MARGIN, EXACT_MARGIN = 0.1, 0.25
-MAX_ABS, MEAN_ABS = 1.6, 0.35
+MAX_ABS, MEAN_ABS = 1.5, 0.35
 
 
 def _centered(d: np.ndarray) -> np.ndarray:
@@ -90,9 +91,10 @@ def test_last_position_logits_close_to_llama_cpp(case_set: tuple[str, Engine, li
         ours = logits[ids].astype(np.float64)
         llama = np.array(c["last_top_logits"])
         exact = np.array(c["reference_top_logits"])
-        diff = np.abs(_centered(ours - llama))
-        assert diff.max() <= MAX_ABS and diff.mean() <= MEAN_ABS, (name, c["prompt"], diff.max(), diff.mean())
-        ours_err.append(np.abs(_centered(ours - exact)).mean())
+        diff, to_exact = np.abs(_centered(ours - llama)), np.abs(_centered(ours - exact))
+        assert min(diff.max(), to_exact.max()) <= MAX_ABS and diff.mean() <= MEAN_ABS, (
+            name, c["prompt"], diff.max(), to_exact.max(), diff.mean())
+        ours_err.append(to_exact.mean())
         llama_err.append(np.abs(_centered(llama - exact)).mean())
         if c["reference_margins"][0] >= EXACT_MARGIN:
             assert int(np.argmax(logits)) == int(ids[np.argmax(exact)])
