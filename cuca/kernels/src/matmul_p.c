@@ -9,7 +9,7 @@
  * line), then per block its code dwords t (bytes 4t..4t+3 of the codes; Q4_0 t < 4, Q8_0 t < 8) of rows 0..R-1
  * side by side (R * 4 bytes per t). The n_out % R last rows follow raw.
  * AVX-512 stores Q8_0 codes + 128 (unsigned for dpbusd; the activation correction c = -128 * sum(a) undoes it);
- * AVX2 keeps them signed (pk_group_q8: no VNNI, maddubs by the sign trick).
+ * AVX2 keeps them signed (pk_block8: no VNNI, maddubs by the sign trick).
  * Raw rows (a packed tensor's last rows, weights kept raw) run the same kernel on vectors transposed from the rows
  * as they are loaded (pk_rows16 / pk_rows8): a row's result is the same bit for bit wherever it is stored.
  *
@@ -146,136 +146,156 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
 }
 
 #elif defined(CUCA_AVX2)
-/* One group of 8 weight rows, Q4_0 or Q4_1: per x row and block the 8 code/activation pair products summed in
- * int16 (|sum| <= 8 * 2 * 15 * 128 < 2^15: exact), widened once; Q4_0 + c (its code offset), Q4_1 (w = d * code + m,
- * no offset) adds the min term m * s (s = da * sum(a), Q8_1 activations) in a second accumulator, so that the
- * row's fma chain stays one long per block, the two summed at the end. */
-static inline __attribute__((always_inline)) void pk_group(const int wt, const uint8_t *g, int64_t nb,
-                                                           const cuca_act *A, int64_t m0, const int nr, float *out,
-                                                           int64_t ldo, int nv, const size_t rb) {
-    const int q41 = wt == GT_Q4_1, bytes = q41 ? 20 : 18, coff = q41 ? 4 : 2;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
-    const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+/* The compiler re-associates integer sums: left free, it computes all of a block's products before adding any and
+ * spills them (AVX2 has 16 registers). An empty asm on a partial sum keeps the adds in source order. */
+#define PK_KEEP(v) __asm__("" : "+x"(v))
+
+/* A group kernel's x rows m0 .. m0+nr-1 (their activations) and its accumulators, one ymm per x row (accm: Q4_1's
+ * min terms, summed into acc at the end). */
+typedef struct {
     __m256 acc[PK_T], accm[PK_T];
     const int8_t *q[PK_T];
     const int32_t *c[PK_T];
     const float *d[PK_T], *s[PK_T];
-    #pragma GCC unroll 4
+} pk_tile8;
+
+static inline __attribute__((always_inline)) void pk_tile_init(pk_tile8 *T, const cuca_act *A, int64_t m0,
+                                                               const int nr, const int q41) {
+    #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) {
-        acc[r] = accm[r] = _mm256_setzero_ps();
-        q[r] = ACT_QS(A, m0 + r);
-        c[r] = ACT_C(A, m0 + r);
-        d[r] = ACT_D(A, m0 + r);
-        s[r] = q41 ? ACT_S(A, m0 + r) : NULL;
+        T->acc[r] = T->accm[r] = _mm256_setzero_ps();
+        T->q[r] = ACT_QS(A, m0 + r);
+        T->c[r] = ACT_C(A, m0 + r);
+        T->d[r] = ACT_D(A, m0 + r);
+        T->s[r] = q41 ? ACT_S(A, m0 + r) : NULL;
     }
-    for (int64_t b = 0; b < nb; b++) {
-        size_t co = (size_t)b * bytes, so = 0;
-        if (!rb) pk_where(8, nb, b, 128, q41 ? 4 : 2, &co, &so);
-        const uint8_t *cb = g + co;
-        __m256i u[8], v[4];
-        __m256 dw, mw = _mm256_setzero_ps();
-        if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
-            if ((co & 63) < (size_t)bytes) /* this block starts a new line of each row */
-                for (int i = 0; i < nv; i++) _mm_prefetch((const char *)cb + (size_t)i * rb + CUCA_PREFETCH, _MM_HINT_T0);
-            pk_rows8(cb + coff, rb, nv, v);
-            dw = pk_scales8(cb, idx, mk);
-            if (q41) mw = pk_scales8(cb + 2, idx, mk);
-        } else {
-            for (int o = 0; o <= 128; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T1);
-            for (int t = 0; t < 4; t++) v[t] = _mm256_loadu_si256((const __m256i *)(cb + 32 * t));
-            dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so)));
-            if (q41) mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so + 16)));
-        }
-        for (int t = 0; t < 4; t++) {
-            u[t] = _mm256_and_si256(v[t], m4);
-            u[t + 4] = _mm256_and_si256(_mm256_srli_epi16(v[t], 4), m4);
-        }
+}
+
+/* Block b of 8 weight rows, Q4_0 or Q4_1: v holds code dword t of rows 0..7 at v + 32 t, dw / mw their scales /
+ * mins. Per x row the 8 code/activation pair products summed in int16 (|sum| <= 8 * 2 * 15 * 128 < 2^15: exact in
+ * any order), widened once; Q4_0 + c (its code offset), Q4_1 (w = d * code + m, no offset) adds the min term
+ * m * s (s = da * sum(a), Q8_1 activations) in the second accumulator. One code vector at a time is live beside
+ * the rows' sums (all 8 unpacked first spilled the AVX2 registers from 2 x rows on). */
+static inline __attribute__((always_inline)) void pk_block4(const int q41, const uint8_t *v, __m256 dw, __m256 mw,
+                                                            int64_t b, const int nr, pk_tile8 *T) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i p[PK_T];
+    #pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) { /* low nibbles: values 4t .. 4t+3, high: 16 + 4t .. */
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(v + 32 * t));
+        const __m256i lo = _mm256_and_si256(w, m4), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
         #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) {
-            const int8_t *a = q[r] + QK * b;
-            __m256i p = _mm256_maddubs_epi16(u[0], _mm256_set1_epi32(ld_i32(a)));
-            #pragma GCC unroll 8
-            for (int t = 1; t < 8; t++) /* u[t]: values 4t .. 4t+3 (natural activation order) */
-                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[t], _mm256_set1_epi32(ld_i32(a + 4 * t))));
-            __m256i si = _mm256_madd_epi16(p, ones);
-            if (!q41) si = _mm256_add_epi32(si, _mm256_set1_epi32(c[r][pk_ai(b)]));
-            const __m256 f = _mm256_mul_ps(dw, _mm256_set1_ps(d[r][pk_ai(b)]));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), f, acc[r]);
-            if (q41) accm[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(s[r][pk_ai(b)]), accm[r]);
+            const int8_t *a = T->q[r] + QK * b + 4 * t;
+            const __m256i x = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(ld_i32(a))),
+                                               _mm256_maddubs_epi16(hi, _mm256_set1_epi32(ld_i32(a + 16))));
+            p[r] = t ? _mm256_add_epi16(p[r], x) : x;
+            if (nr > 1) PK_KEEP(p[r]);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+        __m256i si = _mm256_madd_epi16(p[r], _mm256_set1_epi16(1));
+        if (!q41) si = _mm256_add_epi32(si, _mm256_set1_epi32(T->c[r][pk_ai(b)]));
+        const __m256 f = _mm256_mul_ps(dw, _mm256_set1_ps(T->d[r][pk_ai(b)]));
+        T->acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), f, T->acc[r]);
+        if (q41) T->accm[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(T->s[r][pk_ai(b)]), T->accm[r]);
+    }
+}
+
+/* Block b of 8 weight rows, Q8_0, by the sign trick: per code dword t and x row maddubs(|w|, a * sign(w))
+ * (|w| <= 128, |a| <= 127: each pair sum <= 32512, exact in int16; two could overflow, so madd widens each at
+ * once), summed in int32. The codes stay signed (no offset: c = 0). */
+static inline __attribute__((always_inline)) void pk_block8(const uint8_t *v, __m256 dw, int64_t b, const int nr,
+                                                            pk_tile8 *T) {
+    __m256i s[PK_T];
+    #pragma GCC unroll 8
+    for (int t = 0; t < 8; t++) {
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(v + 32 * t));
+        const __m256i wa = _mm256_sign_epi8(w, w); /* |w|; -128 reads as 128 unsigned */
+        #pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const __m256i a = _mm256_sign_epi8(_mm256_set1_epi32(ld_i32(T->q[r] + QK * b + 4 * t)), w);
+            const __m256i x = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, a), _mm256_set1_epi16(1));
+            s[r] = t ? _mm256_add_epi32(s[r], x) : x;
+            if (nr > 1) PK_KEEP(s[r]);
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+        const __m256 f = _mm256_mul_ps(dw, _mm256_set1_ps(T->d[r][pk_ai(b)]));
+        T->acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), f, T->acc[r]);
+    }
+}
+
+/* Block b of a packed group: its scales at sc, its code dwords at cv (prefetched PK_PF ahead) */
+static inline __attribute__((always_inline)) void pk_rblock(const int wt, const uint8_t *sc, const uint8_t *cv,
+                                                            int64_t b, const int nr, pk_tile8 *T) {
+    const int cb = wt == GT_Q8_0 ? 256 : 128;
+    #pragma GCC unroll 8
+    for (int o = 0; o <= cb; o += 64) _mm_prefetch((const char *)cv + PK_PF + o, _MM_HINT_T1);
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc));
+    if (wt == GT_Q8_0) {
+        pk_block8(cv, dw, b, nr, T);
+    } else {
+        const __m256 mw = wt == GT_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 16)))
+                                        : _mm256_setzero_ps();
+        pk_block4(wt == GT_Q4_1, cv, dw, mw, b, nr, T);
+    }
+}
+
+/* The record of a packed group g holding blocks b0 .. b0+kk-1: kk scale vectors of sl bytes, then kk blocks of
+ * code dwords (kk a constant for full records: fixed offsets). */
+static inline __attribute__((always_inline)) void pk_record(const int wt, const uint8_t *g, int64_t b0, const int kk,
+                                                            const int nr, pk_tile8 *T) {
+    const int q41 = wt == GT_Q4_1, q8 = wt == GT_Q8_0, cb = q8 ? 256 : 128, sl = q41 ? 32 : 16;
+    const uint8_t *rec = g + (size_t)b0 * (size_t)(sl + cb), *cv = rec + sl * kk;
+    /* not unrolled: 4 blocks at once (M = 1) ran 2-4% faster in cache but 8-12% slower from memory (AVX2, measured) */
+    #pragma GCC unroll 1
+    for (int j = 0; j < kk; j++) pk_rblock(wt, rec + sl * j, cv + cb * j, b0 + j, nr, T);
+}
+
+/* One group of 8 weight rows (g: its bytes, nb blocks; rb = 0: packed, else raw rows at stride rb) of format wt
+ * for the x rows m0 .. m0+nr-1: out[r * ldo + i] for rows i < nv. Packed groups are walked record by record; raw rows
+ * are transposed into the same vectors. */
+static inline __attribute__((always_inline)) void pk_group(const int wt, const uint8_t *g, int64_t nb,
+                                                           const cuca_act *A, int64_t m0, const int nr, float *out,
+                                                           int64_t ldo, int nv, const size_t rb) {
+    const int q41 = wt == GT_Q4_1, q8 = wt == GT_Q8_0, bytes = q8 ? 34 : q41 ? 20 : 18, coff = q41 ? 4 : 2;
+    pk_tile8 T;
+    pk_tile_init(&T, A, m0, nr, q41);
+    if (!rb) {
+        for (int64_t b0 = 0; b0 < nb; b0 += 4) { /* full records with constant offsets, then the short last one */
+            if (nb - b0 >= 4) pk_record(wt, g, b0, 4, nr, &T);
+            else pk_record(wt, g, b0, (int)(nb - b0), nr, &T);
+        }
+    } else {
+        const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
+        const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        for (int64_t b = 0; b < nb; b++) { /* raw rows: the same vectors gathered (row i at blk + i * rb) */
+            const uint8_t *blk = g + (size_t)b * (size_t)bytes;
+            if (((size_t)b * (size_t)bytes & 63) < (size_t)bytes) /* this block starts a new line of each row */
+                for (int i = 0; i < nv; i++) _mm_prefetch((const char *)blk + (size_t)i * rb + CUCA_PREFETCH, _MM_HINT_T0);
+            __m256i v[8];
+            pk_rows8(blk + coff, rb, nv, v);
+            if (q8) pk_rows8(blk + 18, rb, nv, v + 4);
+            const __m256 dw = pk_scales8(blk, idx, mk);
+            if (q8) {
+                pk_block8((const uint8_t *)v, dw, b, nr, &T);
+            } else {
+                const __m256 mw = q41 ? pk_scales8(blk + 2, idx, mk) : _mm256_setzero_ps();
+                pk_block4(q41, (const uint8_t *)v, dw, mw, b, nr, &T);
+            }
         }
     }
     if (q41)
-        for (int r = 0; r < nr; r++) acc[r] = _mm256_add_ps(acc[r], accm[r]);
-    pk_store8(out, ldo, nr, nv, acc);
-}
-
-/* One group of 8 weight rows, Q8_0, by the sign trick: per code dword t and x row maddubs(|w|, a * sign(w))
- * (|w| <= 128, |a| <= 127: each pair sum <= 32512, exact in int16; two could overflow, so madd widens each at
- * once), summed in int32. The codes stay signed (no offset: c = 0). */
-static inline __attribute__((always_inline)) void pk_group_q8(const uint8_t *g, int64_t nb, const cuca_act *A,
-                                                              int64_t m0, const int nr, float *out, int64_t ldo,
-                                                              int nv, const size_t rb) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)rb));
-    const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256 acc[PK_T8];
-    const int8_t *q[PK_T8];
-    const float *d[PK_T8];
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) {
-        acc[r] = _mm256_setzero_ps();
-        q[r] = ACT_QS(A, m0 + r);
-        d[r] = ACT_D(A, m0 + r);
-    }
-    for (int64_t b = 0; b < nb; b++) {
-        size_t co = (size_t)b * 34, so = 0;
-        if (!rb) pk_where(8, nb, b, 256, 2, &co, &so);
-        const uint8_t *cb = g + co;
-        __m256i v[8], s[PK_T8];
-        __m256 dw;
-        if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
-            if ((co & 63) < 34) /* this block starts a new line of each row */
-                for (int i = 0; i < nv; i++) _mm_prefetch((const char *)cb + (size_t)i * rb + CUCA_PREFETCH, _MM_HINT_T0);
-            pk_rows8(cb + 2, rb, nv, v);
-            pk_rows8(cb + 18, rb, nv, v + 4);
-            dw = pk_scales8(cb, idx, mk);
-        } else {
-            for (int o = 0; o <= 256; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T1);
-            for (int t = 0; t < 8; t++) v[t] = _mm256_loadu_si256((const __m256i *)(cb + 32 * t));
-            dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so)));
-        }
-        #pragma GCC unroll 8
-        for (int t = 0; t < 8; t++) {
-            const __m256i wa = _mm256_sign_epi8(v[t], v[t]); /* |w|; -128 reads as 128 unsigned */
-            #pragma GCC unroll 8
-            for (int r = 0; r < nr; r++) {
-                const __m256i a = _mm256_sign_epi8(_mm256_set1_epi32(ld_i32(q[r] + QK * b + 4 * t)), v[t]);
-                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, a), ones);
-                s[r] = t ? _mm256_add_epi32(s[r], p) : p;
-            }
-        }
-        #pragma GCC unroll 8
-        for (int r = 0; r < nr; r++) {
-            const __m256 f = _mm256_mul_ps(dw, _mm256_set1_ps(d[r][pk_ai(b)]));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), f, acc[r]);
-        }
-    }
-    pk_store8(out, ldo, nr, nv, acc);
+        for (int r = 0; r < nr; r++) T.acc[r] = _mm256_add_ps(T.acc[r], T.accm[r]);
+    pk_store8(out, ldo, nr, nv, T.acc);
 }
 #endif
 
 #if PK_R > 0
-/* the group kernel of format wt: AVX2 Q8_0 has its own (sign trick, tile PK_T8), the others share pk_group */
-#if defined(CUCA_AVX2)
-#define PK_GROUP(wt, n) \
-    ((wt) == GT_Q8_0 ? pk_group_q8(g, nb, A, m0, n, out, ldo, nv, rb) : pk_group(wt, g, nb, A, m0, n, out, ldo, nv, rb))
-#define PK_TILE(wt) ((wt) == GT_Q8_0 ? PK_T8 : PK_T)
-#else
-#define PK_GROUP(wt, n) pk_group(wt, g, nb, A, m0, n, out, ldo, nv, rb)
-#define PK_TILE(wt) PK_T
-#endif
-#define PK_CASE(wt, n) case n: if (n <= PK_TILE(wt)) PK_GROUP(wt, n); break;
+#define PK_CASE(wt, n) case n: if (n <= PK_T) pk_group(wt, g, nb, A, m0, n, out, ldo, nv, rb); break;
 #define PK_CASES(wt) PK_CASE(wt, 1) PK_CASE(wt, 2) PK_CASE(wt, 3) PK_CASE(wt, 4) PK_CASE(wt, 5) PK_CASE(wt, 6) \
     PK_CASE(wt, 7) PK_CASE(wt, 8)
 /* packed group (rb == 0) or raw rows at stride rb: one kernel, so a row's result never depends on its storage */
@@ -313,7 +333,7 @@ int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     else return CUCA_EUNSUPPORTED;
     if (packed) *packed = p;
     if (raw) *raw = r;
-    *tile = PK_TILE(wtype);
+    *tile = PK_T;
     return CUCA_OK;
 #else
     (void)wtype; (void)packed; (void)raw; (void)tile;

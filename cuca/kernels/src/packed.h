@@ -15,7 +15,6 @@
 #elif defined(CUCA_AVX2)
 #define PK_R 8
 #define PK_T 4
-#define PK_T8 4 /* Q8_0's tile (sign trick); 8 measured no faster */
 #else
 #define PK_R 0
 #define PK_T 1
