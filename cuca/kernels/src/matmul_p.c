@@ -146,10 +146,6 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
 }
 
 #elif defined(CUCA_AVX2)
-/* The compiler re-associates integer sums: left free, it computes all of a block's products before adding any and
- * spills them (AVX2 has 16 registers). An empty asm on a partial sum keeps the adds in source order. */
-#define PK_KEEP(v) __asm__("" : "+x"(v))
-
 /* A group kernel's x rows m0 .. m0+nr-1 (their activations) and its accumulators, one ymm per x row (accm: Q4_1's
  * min terms, summed into acc at the end). */
 typedef struct {

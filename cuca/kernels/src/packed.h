@@ -75,6 +75,10 @@ static inline __attribute__((always_inline)) void pk_rows8(const uint8_t *p, siz
     v[3] = _mm256_unpackhi_epi64(a1, a3);
 }
 
+/* GCC re-associates integer vector sums: left free, it computes all of a block's products before adding any and
+ * spills them (AVX2 has 16 registers; 2+ x rows). An empty asm on a partial sum keeps the adds in source order. */
+#define PK_KEEP(v) __asm__("" : "+x"(v))
+
 /* raw rows: the fp16 block scales at p + i * rb (lane mask mk: rows i < nv; idx: i * rb) as 8 floats */
 static inline __attribute__((always_inline)) __m256 pk_scales8(const uint8_t *p, __m256i idx, __m256i mk) {
     const __m256i h = _mm256_and_si256(_mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)p, idx, mk, 1),
