@@ -47,10 +47,13 @@ int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *
             uint8_t *codes = out + g * gb + co, *scales = out + g * gb + so;
             for (int r = 0; r < R; r++) {
                 const uint8_t *blk = src + (size_t)(g * R + r) * rb + b * bytes;
+                uint8_t enc[208]; /* Q6_K: matmul_p6.c's encoding of the codes and scales (same size) */
+                if (k6) cuca_p6_codes(blk, enc);
+                const uint8_t *cs = k6 ? enc : blk + coff;
                 memcpy(scales + 2 * r, blk + doff, 2);
                 if (q41) memcpy(scales + 2 * R + 2 * r, blk + 2, 2);
                 for (int t = 0; t < nt; t++)
-                    for (int k = 0; k < 4; k++) codes[(t * R + r) * 4 + k] = (uint8_t)(blk[coff + 4 * t + k] ^ flip);
+                    for (int k = 0; k < 4; k++) codes[(t * R + r) * 4 + k] = (uint8_t)(cs[4 * t + k] ^ flip);
             }
         }
     memcpy(out + ng * gb, src + ng * gb, (size_t)(n_out - ng * R) * rb);

@@ -32,44 +32,64 @@ static const uint8_t p6_scsel[4][32] __attribute__((aligned(32))) = {
 #undef P6_SEL
 };
 
-static inline __attribute__((always_inline)) void p6_sb(const uint8_t *v, __m256 dw, int64_t sb, const int nr,
-                                                        const int8_t *const *q, const int32_t *const *bs,
-                                                        const float *const *d, __m256 *acc) {
+/* The 4 code vectors of 16-value group g (u[k]: values 4k .. 4k+3, unsigned 6-bit, one row per int32 lane).
+ * Packed (cuca_p6_codes' encoding): dword j < 3 of the group holds values 4j .. 4j+3 in bits 0-5 of its bytes and
+ * bits 2j, 2j+1 of value 12 + i in bits 6-7 of byte i: 3 loads and 11 operations for the four vectors (the raw
+ * ql / qh order, below, costs 8 loads and about 20). */
+static inline __attribute__((always_inline)) void p6_codes(const uint8_t *v, const int g, const int raw,
+                                                           __m256i *u) {
+    if (!raw) {
+        const __m256i m3f = _mm256_set1_epi8(0x3F);
+        const __m256i d0 = _mm256_loadu_si256((const __m256i *)(v + P6_V * (3 * g)));
+        const __m256i d1 = _mm256_loadu_si256((const __m256i *)(v + P6_V * (3 * g + 1)));
+        const __m256i d2 = _mm256_loadu_si256((const __m256i *)(v + P6_V * (3 * g + 2)));
+        u[0] = _mm256_and_si256(d0, m3f);
+        u[1] = _mm256_and_si256(d1, m3f);
+        u[2] = _mm256_and_si256(d2, m3f);
+        u[3] = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(d0, 6), _mm256_set1_epi8(0x03)),
+                                               _mm256_and_si256(_mm256_srli_epi16(d1, 4), _mm256_set1_epi8(0x0C))),
+                               _mm256_and_si256(_mm256_srli_epi16(d2, 2), _mm256_set1_epi8(0x30)));
+        return;
+    }
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const int h = g >> 3, qq = (g >> 1) & 3, s = g & 1; /* value 128h + 32qq + 16s + i */
+    #pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) { /* ql dword (4 low bits, or the high nibble from qq 2 on) | qh bits 2qq << 4 */
+        __m256i L = _mm256_loadu_si256((const __m256i *)(v + P6_V * (16 * h + 8 * (qq & 1) + 4 * s + k)));
+        __m256i H = _mm256_loadu_si256((const __m256i *)(v + P6_V * (32 + 8 * h + 4 * s + k)));
+        if (qq >= 2) L = _mm256_srli_epi32(L, 4);
+        H = qq == 0 ? _mm256_slli_epi32(H, 4) : qq == 1 ? _mm256_slli_epi32(H, 2)
+          : qq == 2 ? H : _mm256_srli_epi32(H, 2);
+        u[k] = _mm256_or_si256(_mm256_and_si256(L, m4), _mm256_and_si256(H, m30));
+    }
+}
+
+/* Superblock sb of a group (v: its 52 code / scale vectors; raw: in the raw ql / qh order) for nr x rows. */
+static inline __attribute__((always_inline)) void p6_sb(const uint8_t *v, const int raw, __m256 dw, int64_t sb,
+                                                        const int nr, const int8_t *const *q,
+                                                        const int32_t *const *bs, const float *const *d,
+                                                        __m256 *acc) {
     __m256i isum[P6_T];
     #pragma GCC unroll 4
     for (int r = 0; r < nr; r++) isum[r] = _mm256_setzero_si256();
-    #pragma GCC unroll 2
-    for (int h = 0; h < 2; h++)
-        #pragma GCC unroll 2
-        for (int s = 0; s < 2; s++)
+    #pragma GCC unroll 16
+    for (int g = 0; g < 16; g++) { /* values 16g .. 16g+15, scale g (integer sums: any group order, same bits) */
+        const __m256i sv = _mm256_loadu_si256((const __m256i *)(v + P6_V * (48 + (g >> 2))));
+        const __m256i sc = _mm256_srai_epi16(
+            _mm256_shuffle_epi8(sv, _mm256_load_si256((const __m256i *)p6_scsel[g & 3])), 8);
+        __m256i u[4];
+        p6_codes(v, g, raw, u);
+        #pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const int8_t *a = q[r] + QKK * sb + 16 * g; /* natural order */
+            __m256i p = _mm256_maddubs_epi16(u[0], _mm256_set1_epi32(ld_i32(a)));
             #pragma GCC unroll 4
-            for (int qq = 0; qq < 4; qq++) { /* value 128h + 32qq + 16s + i: group g, scale g */
-                const int g = 8 * h + 2 * qq + s;
-                const __m256i sv = _mm256_loadu_si256((const __m256i *)(v + P6_V * (48 + (g >> 2))));
-                const __m256i sc = _mm256_srai_epi16(
-                    _mm256_shuffle_epi8(sv, _mm256_load_si256((const __m256i *)p6_scsel[g & 3])), 8);
-                __m256i u[4];
-                #pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) { /* values 4k .. 4k+3 of the group: 4 low bits | 2 high bits << 4 */
-                    __m256i L = _mm256_loadu_si256((const __m256i *)(v + P6_V * (16 * h + 8 * (qq & 1) + 4 * s + k)));
-                    __m256i H = _mm256_loadu_si256((const __m256i *)(v + P6_V * (32 + 8 * h + 4 * s + k)));
-                    if (qq >= 2) L = _mm256_srli_epi32(L, 4);
-                    H = qq == 0 ? _mm256_slli_epi32(H, 4) : qq == 1 ? _mm256_slli_epi32(H, 2)
-                      : qq == 2 ? H : _mm256_srli_epi32(H, 2);
-                    u[k] = _mm256_or_si256(_mm256_and_si256(L, m4), _mm256_and_si256(H, m30));
-                }
-                #pragma GCC unroll 4
-                for (int r = 0; r < nr; r++) {
-                    const int8_t *a = q[r] + QKK * sb + 16 * g; /* natural order */
-                    __m256i p = _mm256_maddubs_epi16(u[0], _mm256_set1_epi32(ld_i32(a)));
-                    #pragma GCC unroll 4
-                    for (int k = 1; k < 4; k++)
-                        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[k], _mm256_set1_epi32(ld_i32(a + 4 * k))));
-                    p = _mm256_add_epi16(p, _mm256_set1_epi32(bs[r][16 * sb + g]));
-                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, sc));
-                }
-            }
+            for (int k = 1; k < 4; k++)
+                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[k], _mm256_set1_epi32(ld_i32(a + 4 * k))));
+            p = _mm256_add_epi16(p, _mm256_set1_epi32(bs[r][16 * sb + g]));
+            isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, sc));
+        }
+    }
     #pragma GCC unroll 4
     for (int r = 0; r < nr; r++)
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(dw, _mm256_set1_ps(d[r][sb])), acc[r]);
@@ -94,8 +114,6 @@ static inline __attribute__((always_inline)) void p6_group(const uint8_t *g, int
         d[r] = ACT_D(A, m0 + r);
     }
     for (int64_t sb = 0; sb < nb; sb++) {
-        const uint8_t *v;
-        __m256 dw;
         if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
             const uint8_t *cb = g + (size_t)sb * P6_BYTES;
             /* the next group of rows (contiguous, R * rb bytes) a slice per superblock: streams of R rows at
@@ -106,16 +124,16 @@ static inline __attribute__((always_inline)) void p6_group(const uint8_t *g, int
             /* bytes 206..209 of each row's superblock: d in the high half (never reads past the row) */
             const __m256i h = _mm256_srli_epi32(
                 _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(cb + 206), idx, mk, 1), 16);
-            dw = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
-            v = (const uint8_t *)buf;
+            const __m256 dw = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+            p6_sb((const uint8_t *)buf, 1, dw, sb, nr, q, bs, d, acc);
         } else {
             size_t co, so;
             pk_where(8, nb, sb, (size_t)P6_V * P6_NT, 2, &co, &so);
+            #pragma GCC unroll 32
             for (int o = 0; o < 8 * P6_BYTES; o += 64) _mm_prefetch((const char *)g + co + PK_PF + o, _MM_HINT_T1);
-            v = g + co;
-            dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so)));
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so)));
+            p6_sb(g + co, 0, dw, sb, nr, q, bs, d, acc);
         }
-        p6_sb(v, dw, sb, nr, q, bs, d, acc);
     }
     pk_store8(out, ldo, nr, nv, acc);
 }
@@ -143,6 +161,21 @@ static void p6_raw(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64
         p6_any(w + (size_t)i * rb, A->nblk, A, m0, nr, out + i, ldo, nw - i < PK_R ? nw - i : PK_R, rb);
 }
 #endif
+
+void cuca_p6_codes(const uint8_t *blk, uint8_t *dst) {
+    uint8_t x[QKK]; /* the 6-bit codes in value order (the Q6_K layout: ql nibbles, qh bit pairs) */
+    for (int n = 0; n < QKK; n++) {
+        const int h = n / 128, qq = n % 128 / 32, l = n % 32;
+        const uint8_t lq = blk[64 * h + 32 * (qq & 1) + l], hq = blk[128 + 32 * h + l];
+        x[n] = (uint8_t)((qq < 2 ? lq & 0x0F : lq >> 4) | ((hq >> (2 * qq)) & 3) << 4);
+    }
+    for (int g = 0; g < 16; g++)
+        for (int j = 0; j < 3; j++)
+            for (int i = 0; i < 4; i++)
+                dst[4 * (3 * g + j) + i] = (uint8_t)((x[16 * g + 4 * j + i] & 0x3F) |
+                                                     ((x[16 * g + 12 + i] >> (2 * j)) & 3) << 6);
+    memcpy(dst + 192, blk + 192, 16); /* the sub-block scales */
+}
 
 int cuca_tile_p6(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
 #if defined(CUCA_AVX2)

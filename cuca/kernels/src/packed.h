@@ -102,6 +102,8 @@ static inline __attribute__((always_inline)) void pk_store8(float *out, int64_t 
 }
 #endif
 
-/* matmul_p6.c: the Q6_K group kernel and the same kernel on raw rows (as cuca_tile_p) */
+/* matmul_p6.c: the Q6_K group kernel and the same kernel on raw rows (as cuca_tile_p); the 208 code and scale
+ * bytes of one row's superblock blk in the packed encoding (dst: 208 bytes, the 52 dwords of the packed layout) */
+void cuca_p6_codes(const uint8_t *blk, uint8_t *dst);
 int cuca_tile_p6(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
 #endif
