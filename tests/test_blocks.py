@@ -25,7 +25,7 @@ import synth_qwen35  # noqa: E402
 
 # kernel -> index of its n_threads argument (get_rows has none)
 THREADS_AT = {"matmul": 6, "attention": 9, "rms_norm": 4, "add_rms_norm": 5, "rope": 7, "silu_mul": 3,
-              "gelu_mul": 3, "deltanet": 10, "causal_conv": 5, "sigmoid": 2, "decay": 4}
+              "gelu_mul": 3, "deltanet": 10, "causal_conv": 5, "sigmoid": 2, "decay": 4, "softcap": 2}
 
 
 class Spy:

@@ -1,4 +1,4 @@
-"""rms_norm, add_rms_norm, rope, silu_mul, gelu_mul: C against the numpy twins and float64 formulas, row
+"""rms_norm, add_rms_norm, rope, silu_mul, gelu_mul, softcap: C against the numpy twins and float64 formulas, row
 invariance (a row's result does not depend on the batch or the threads), aliasing, argument checks."""
 
 from __future__ import annotations
@@ -226,6 +226,53 @@ def test_gating_views(impl, name):
     ref = np.empty_like(out)
     getattr(impl, name)(np.ascontiguousarray(gu[:, :37]), np.ascontiguousarray(gu[:, 37:]), ref)
     assert np.array_equal(out, ref)
+
+
+# ------------------------------------------------------------------------------------------ softcap
+@pytest.mark.parametrize("shape", [(1, 262144 + 5), (3, 1000), (2, 3, 17), (7,)])
+def test_softcap(impl, shape):
+    rng = np.random.default_rng(shape[-1])
+    x = (rng.standard_normal(shape) * 40).astype(np.float32)
+    x.reshape(-1)[:6] = [0.0, -0.0, 1e4, -1e4, 1e-30, np.inf]
+    ref = 30.0 * np.tanh(x.astype(np.float64) / 30.0)
+    y = x.copy()
+    impl.softcap(y, 30.0)
+    # float tanh (vmath.h): ~1e-7 relative; near 0 it is odd and exact in sign
+    assert np.all(np.abs(y - ref) <= 4e-7 * np.abs(ref) + 1e-37)
+    assert y.reshape(-1)[1] == 0.0 and np.signbit(y.reshape(-1)[1])
+
+
+@needs_c
+def test_softcap_elements_do_not_depend_on_rows_or_threads():
+    c = IMPLS["c"]
+    x = (np.random.default_rng(3).standard_normal((5, 40001)) * 50).astype(np.float32)  # 3 chunks per row
+    alone = []
+    for i in range(5):
+        r = x[i].copy()
+        c.softcap(r, 30.0, 1)
+        alone.append(r)
+    for nt in (1, 2, 3):
+        y = x.copy()
+        c.softcap(y, 30.0, nt)
+        assert np.array_equal(y, np.stack(alone)), nt
+        z = x[1:4, 3:].copy()  # other chunk boundaries
+        c.softcap(z, 30.0, nt)
+        assert np.array_equal(z[:, 16384 - 3:], np.stack(alone)[1:4, 16384:]), nt
+
+
+def test_softcap_checks(impl):
+    x = np.zeros((2, 8), np.float32)
+    for bad in (0.0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="cap"):
+            impl.softcap(x, bad)
+    with pytest.raises(TypeError, match="cap"):
+        impl.softcap(x, "30")
+    with pytest.raises(TypeError, match="x"):
+        impl.softcap(x.astype(np.float64), 30.0)
+    ro = x.copy()
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="x"):
+        impl.softcap(ro, 30.0)
 
 
 # ------------------------------------------------------------------------------------------ row invariance

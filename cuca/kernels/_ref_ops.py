@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["attention", "rms_norm", "add_rms_norm", "rope", "silu_mul", "gelu_mul", "deltanet", "causal_conv",
-           "sigmoid", "decay"]
+           "sigmoid", "decay", "softcap"]
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 
@@ -282,6 +282,20 @@ def gelu_mul(g, u, out, n_threads=0) -> None:
     g, u, out = _act_args("gelu_mul", g, u, out, n_threads)
     g64 = g.astype(np.float64)
     out[...] = 0.5 * g64 * (1.0 + np.tanh(_GELU_C * (g64 + 0.044715 * g64**3))) * u.astype(np.float64)
+
+
+def softcap(x, cap, n_threads=0) -> None:
+    """x = cap * tanh(x / cap) in place (cap > 0), in float64."""
+    fn = "softcap"
+    x = _array(fn, "x", x, "f", (1, 2, 3))
+    _nthreads(fn, n_threads)
+    _writeable(fn, "x", x)
+    if not isinstance(cap, (int, float, np.floating, np.integer)) or isinstance(cap, bool):
+        raise TypeError(f"{fn}(): cap must be a number, got {type(cap).__name__}")
+    c = float(np.float32(cap))
+    if not (c > 0 and math.isfinite(c)):
+        raise ValueError(f"{fn}(): cap must be a positive finite number, got {cap}")
+    x[...] = c * np.tanh(x.astype(np.float64) / c)
 
 
 # ---------------------------------------------------------------------------------------------- deltanet

@@ -202,9 +202,6 @@ class Ops:
     def softcap(self, x: np.ndarray, cap: float) -> np.ndarray:
         """cap * tanh(x / cap), in place on float32 x (no-op for cap <= 0); returns x."""
         if cap > 0:
-            c = np.float32(cap)
-            x /= c
-            np.tanh(x, out=x)
-            x *= c
+            self.k.softcap(x, cap, self.threads)
         return x
 

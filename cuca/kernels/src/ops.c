@@ -243,3 +243,38 @@ int cuca_act_mul_f32(int kind, const float *g, cuca_rows gs, const float *u, cuc
     cuca_pool_run(ops_threads(n_threads, rows, n * 8), rows, 1, act_item, &J);
     return CUCA_OK;
 }
+
+/* ---- softcap: x = cap * tanh(x / cap) in place, lane by lane; a row is cut into chunks of OPS_CAP_CH floats (a
+ * vocabulary-wide row of logits is shared out over the threads), so no element's value depends on the split */
+#define OPS_CAP_CH 16384
+
+typedef struct {
+    float *x;
+    cuca_rows xs;
+    int64_t n1, n, nch;
+    float cap;
+} cap_job;
+
+static void cap_item(void *ctx, int64_t u, int tid) {
+    const cap_job *J = (const cap_job *)ctx;
+    (void)tid;
+    const int64_t lo = u % J->nch * OPS_CAP_CH, hi = lo + OPS_CAP_CH < J->n ? lo + OPS_CAP_CH : J->n;
+    float *xr = row_m(J->x, J->xs, u / J->nch, J->n1);
+    const vf c = v_set1(J->cap);
+    int64_t i = lo;
+    for (; i + VL <= hi; i += VL) v_store(xr + i, v_mul(c, v_tanh(v_div(v_load(xr + i), c))));
+    if (i < hi) {
+        const int t = (int)(hi - i);
+        v_store_n(xr + i, v_mul(c, v_tanh(v_div(v_load_n(xr + i, t), c))), t);
+    }
+}
+
+int cuca_softcap_f32(float *x, cuca_rows xs, int64_t n0, int64_t n1, int64_t n, float cap, int n_threads) {
+    if (n0 < 0 || n1 < 0 || n < 0 || !(cap > 0.0f) || !isfinite(cap)) return CUCA_EINVAL;
+    const int64_t rows = n0 * n1, nch = (n + OPS_CAP_CH - 1) / OPS_CAP_CH;
+    if (rows == 0 || n == 0) return CUCA_OK;
+    cap_job J = {x, xs, n1, n, nch, cap};
+    const int nt = rows * n < 4 * OPS_PAR_MIN ? 1 : n_threads; /* tanh costs ~20 operations per 8 floats */
+    cuca_pool_run(nt, rows * nch, 1, cap_item, &J);
+    return CUCA_OK;
+}

@@ -44,6 +44,8 @@ int cuca_add_rms_norm_f32(float *x, cuca_rows xs, const float *y, cuca_rows ys, 
 /* In place RoPE on x (M rows, n_head heads of hd floats), rotating the first n_rot dims of each head. */
 int cuca_rope_f32(float *x, cuca_rows xs, const int32_t *pos, int64_t M, int64_t n_head, int64_t hd, int n_rot,
                   float freq_base, int neox, const float *freq_factors, float freq_scale, int n_threads);
+/* x = cap * tanh(x / cap) in place (cap > 0, finite), rows as for act_mul */
+int cuca_softcap_f32(float *x, cuca_rows xs, int64_t n0, int64_t n1, int64_t n, float cap, int n_threads);
 /* out = act(g) * u with act = silu (kind 0) or gelu_tanh (kind 1) */
 int cuca_act_mul_f32(int kind, const float *g, cuca_rows gs, const float *u, cuca_rows us, float *out,
                      cuca_rows os, int64_t n0, int64_t n1, int64_t n, int n_threads);
