@@ -75,12 +75,15 @@ static inline __attribute__((always_inline)) __m256 f_load(const int wt, const u
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* acc0[r] / acc1[r] += w[k] * x_r[k] over k in [k0, k1) (a multiple of 16 apart), the first / second 8 of each
- * 16 values: the pair's float sequence whatever the span it is computed in */
-static inline __attribute__((always_inline)) void f_span(const int wt, const uint8_t *w, const float *x, int64_t n,
-                                                         const int nr, int64_t k0, int64_t k1, __m256 *acc0,
-                                                         __m256 *acc1) {
-    for (int64_t k = k0; k < k1; k += 16) {
+static inline __attribute__((always_inline)) void f_tile(const int wt, const uint8_t *w, const cuca_act *A,
+                                                         int64_t m0, const int nr, float *out, int64_t ldo) {
+    const int64_t n = A->n_in;
+    const float *x = A->xf + m0 * n;
+    __m256 acc0[F_T], acc1[F_T];
+    int64_t k = 0;
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+    for (; k + 16 <= n; k += 16) {
         cuca_prefetch(w + k * (wt == GT_F32 ? 4 : 2), wt == GT_F32 ? 64 : 32);
         const __m256 w0 = f_load(wt, w, k), w1 = f_load(wt, w, k + 8);
         #pragma GCC unroll 8
@@ -89,16 +92,10 @@ static inline __attribute__((always_inline)) void f_span(const int wt, const uin
             acc1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * n + k + 8), acc1[r]);
         }
     }
-}
-
-/* out[r * ldo] = sum(acc0[r] + acc1[r]) then the values k >= k16 one by one */
-static inline __attribute__((always_inline)) void f_finish(const int wt, const uint8_t *w, const float *x,
-                                                           int64_t n, const int nr, int64_t k16, const __m256 *acc0,
-                                                           const __m256 *acc1, float *out, int64_t ldo) {
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) {
         float s = hsum256(_mm256_add_ps(acc0[r], acc1[r]));
-        for (int64_t j = k16; j < n; j++) {
+        for (int64_t j = k; j < n; j++) {
             float wj;
             if (wt == GT_F32) memcpy(&wj, w + 4 * j, 4);
             else if (wt == GT_F16) wj = cuca_h2f(cuca_ld16(w + 2 * j));
@@ -107,51 +104,6 @@ static inline __attribute__((always_inline)) void f_finish(const int wt, const u
         }
         out[r * ldo] = s;
     }
-}
-
-static inline __attribute__((always_inline)) void f_tile(const int wt, const uint8_t *w, const cuca_act *A,
-                                                         int64_t m0, const int nr, float *out, int64_t ldo) {
-    const int64_t n = A->n_in, k16 = n / 16 * 16;
-    const float *x = A->xf + m0 * n;
-    __m256 acc0[F_T], acc1[F_T];
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
-    f_span(wt, w, x, n, nr, 0, k16, acc0, acc1);
-    f_finish(wt, w, x, n, nr, k16, acc0, acc1, out, ldo);
-}
-
-/* nw <= F_NW weight rows at stride rb, swept F_KC values at a time when the x tile is larger than F_L1X: each row
- * of the block reads the tile's x chunk (nr x 2 KiB) from L1, not the whole x rows from L2 (5632-value rows, 1
- * thread: 0.69x the row-by-row time at 4 x rows, 0.83x at 2); the pairs' accumulators wait in buf between sweeps
- * (the same float sequence) */
-#define F_KC 512
-#define F_NW 16
-#define F_L1X 16384 /* bytes of x tile read row by row (in L1 either way; sweeping 16 rows' spans costs prefetch) */
-static inline __attribute__((always_inline)) void f_block(const int wt, const uint8_t *w, size_t rb, int nw,
-                                                          const cuca_act *A, int64_t m0, const int nr, float *out,
-                                                          int64_t ldo) {
-    const int64_t n = A->n_in, k16 = n / 16 * 16;
-    if ((size_t)nr * (size_t)n * 4 <= F_L1X || k16 <= F_KC || nw > F_NW) { /* x fits L1: row by row */
-        for (int i = 0; i < nw; i++) f_tile(wt, w + (size_t)i * rb, A, m0, nr, out + i, ldo);
-        return;
-    }
-    const float *x = A->xf + m0 * n;
-    __m256 buf[F_NW][2][F_T];
-    for (int64_t k0 = 0; k0 < k16; k0 += F_KC) {
-        const int64_t k1 = k0 + F_KC < k16 ? k0 + F_KC : k16;
-        for (int i = 0; i < nw; i++) {
-            __m256 acc0[F_T], acc1[F_T];
-            #pragma GCC unroll 8
-            for (int r = 0; r < nr; r++) {
-                acc0[r] = k0 ? buf[i][0][r] : _mm256_setzero_ps();
-                acc1[r] = k0 ? buf[i][1][r] : _mm256_setzero_ps();
-            }
-            f_span(wt, w + (size_t)i * rb, x, n, nr, k0, k1, acc0, acc1);
-            #pragma GCC unroll 8
-            for (int r = 0; r < nr; r++) buf[i][0][r] = acc0[r], buf[i][1][r] = acc1[r];
-        }
-    }
-    for (int i = 0; i < nw; i++) f_finish(wt, w + (size_t)i * rb, x, n, nr, k16, buf[i][0], buf[i][1], out + i, ldo);
 }
 
 #else
@@ -181,13 +133,6 @@ static inline void f_tile(const int wt, const uint8_t *w, const cuca_act *A, int
 
 #if F_T == 8
 #define F_FN(name, wt) CUCA_TILE_FN(name, f_tile, wt, 8)
-#elif defined(CUCA_AVX2)
-#define F_CASE(wt, n) case n: f_block(wt, w, rb, nw, A, m0, n, out, ldo); break;
-#define F_FN(name, wt)                                                                                            \
-    static void name(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64_t m0, int nr, float *out,     \
-                     int64_t ldo) {                                                                              \
-        switch (nr) { F_CASE(wt, 1) F_CASE(wt, 2) F_CASE(wt, 3) F_CASE(wt, 4) default: break; }                 \
-    }
 #else
 #define F_FN(name, wt) CUCA_TILE_FN(name, f_tile, wt, 4)
 #endif
