@@ -101,7 +101,7 @@ class Ops:
     # ---- kernels ---------------------------------------------------------------------------------------------
     def matmul(self, w: Linear, x: np.ndarray) -> np.ndarray:
         """x (M, n_in) @ W.T -> (M, n_out)."""
-        out = self.empty((x.shape[0], w.n_out))
+        out = np.empty((x.shape[0], w.n_out), np.float32)
         packing.matmul(self.k, w, x, out, self.threads, self.arena)
         return out
 
