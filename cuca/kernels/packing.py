@@ -74,7 +74,7 @@ def _huge_map(size: int) -> np.ndarray:
 def matmul(k: ModuleType, w: Linear, x: np.ndarray, out: np.ndarray, threads: int, arena: Arena | None = None) -> None:
     """out = x @ W.T through the packed layout where this backend and weight have one, else the raw kernel; a weight
     packed now takes its bytes from `arena` (None: from numpy)."""
-    p = w._packed
+    p = getattr(w, "_packed", None)
     if isinstance(p, tuple) and p[3] and p[0] is w.w:  # the common case first (several hundred calls a token)
         k.matmul_packed(p[1], w.wtype, p[2], w.n_in, x, out, threads)
         return
