@@ -32,7 +32,7 @@
 #define ATT_S (ATT_B * ATT_NB)  /* keys per superblock */
 #define ATT_RMAX 64             /* (row, head) pairs per work item */
 #define ATT_RC 4                /* (row, head) pairs sharing one pass over V */
-#define ATT_PAR_MIN (1 << 21)   /* multiply-adds below which a call runs on one thread */
+#define ATT_PAR_MIN (1 << 19)   /* multiply-adds below which a call runs on one thread */
 #define ATT_TK 4                /* keys per dot-product tile */
 #define ATT_TQ (VL / ATT_TK)    /* queries per dot-product tile */
 #define ATT_KC 16               /* keys per pass over the query tiles */
