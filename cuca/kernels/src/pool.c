@@ -3,7 +3,8 @@
  * One job at a time. The job's claim counter and its generation share one 64-bit word, gen << 32 | next item,
  * so a claim (compare-and-swap) succeeds only for the job it was read for: a worker that read an old job's
  * fields and slept through its end fails its claim and looks again. Job fields are written only once every item
- * of the previous job is claimed and done, before the new word is published. */
+ * of the previous job is claimed and done, after that job's word is closed (next = all ones: no claim of it can
+ * succeed, whatever fields a late worker reads) and before the new word is published. */
 #define _GNU_SOURCE
 #include "pool.h"
 
@@ -158,6 +159,12 @@ void cuca_pool_run(int n_threads, int64_t n_items, int64_t chunk, cuca_item_fn f
     const int have = pool_grow(nt - 1) + 1;
     if (nt > have) nt = have;
     if (chunk <= 0) chunk = n_items / ((int64_t)nt * 4) > 1 ? n_items / ((int64_t)nt * 4) : 1;
+    /* Close the last job's word before its fields change: a worker that saw that job late may read the new
+     * fields (a larger n_items) under the old generation, and its claim would then succeed on items past the old
+     * end, run the new job's function before it is published and count them into its done (the caller returned
+     * early, freeing what the items read: a use-after-free seen under load). With next = all ones no claim of
+     * that generation succeeds whatever n it reads; the generation is unchanged, so no waiter wakes. */
+    atomic_store(&P.word, ((uint64_t)P.gen << 32) | 0xFFFFFFFFull);
     atomic_store_explicit(&P.fn, fn, memory_order_relaxed);
     atomic_store_explicit(&P.ctx, ctx, memory_order_relaxed);
     atomic_store_explicit(&P.n_items, n_items, memory_order_relaxed);
