@@ -75,10 +75,9 @@ def matmul(k: ModuleType, w: Linear, x: np.ndarray, out: np.ndarray, threads: in
     """out = x @ W.T through the packed layout where this backend and weight have one, else the raw kernel; a weight
     packed now takes its bytes from `arena` (None: from numpy)."""
     p = getattr(w, "_packed", None)
-    if isinstance(p, tuple) and p[3] and p[0] is w.w:  # the common case first (several hundred calls a token)
-        k.matmul_packed(p[1], w.wtype, p[2], w.n_in, x, out, threads)
-        return
-    p = _packed(k, w, threads, arena)
+    if not (isinstance(p, tuple) and p[0] is w.w):  # packed already (the common case: hundreds of calls a token)
+        p = _packed(k, w, p, threads, arena)
+        w._packed = p if p is not None else False
     if p is None:
         k.matmul(w.w, w.wtype, w.n_out, w.n_in, x, out, threads)
     elif p[3]:
@@ -87,15 +86,12 @@ def matmul(k: ModuleType, w: Linear, x: np.ndarray, out: np.ndarray, threads: in
         k.matmul(p[1], w.wtype, w.n_out, w.n_in, x, out, threads)
 
 
-def _packed(k: ModuleType, w: Linear, threads: int, arena: Arena | None) -> Packed | None:
-    p: Packed | None | bool = getattr(w, "_packed", None)
+def _packed(k: ModuleType, w: Linear, p: object, threads: int, arena: Arena | None) -> Packed | None:
+    """w's packed form when its last one (p) is stale or missing: p False (none), p for another array (a row prefix
+    of a packed weight), or packed now."""
     if p is False:
         return None
-    if isinstance(p, tuple) and p[0] is w.w:
-        return p
-    new = _prefix(p, w) if isinstance(p, tuple) else _pack(k, w, threads, arena)
-    w._packed = new if new is not None else False
-    return new
+    return _prefix(p, w) if isinstance(p, tuple) else _pack(k, w, threads, arena)
 
 
 def _prefix(p: Packed, w: Linear) -> Packed | None:

@@ -243,8 +243,9 @@ static inline __attribute__((always_inline)) void pk_rblock(const int wt, const 
     }
 }
 
-/* The record of a packed group g holding blocks b0 .. b0+kk-1: kk scale vectors of sl bytes, then kk blocks of
- * code dwords (kk a constant for full records: fixed offsets). */
+/* The record of a packed group g holding blocks b0 .. b0+kk-1: pk_where's layout (kk scale vectors of sl bytes,
+ * then kk blocks of code dwords) with kk a constant for full records, so that every offset is one: pk_where per
+ * record measured 1.02-1.07x the time in cache (1024x1536, 1 thread, AVX2), on par from memory. */
 static inline __attribute__((always_inline)) void pk_record(const int wt, const uint8_t *g, int64_t b0, const int kk,
                                                             const int nr, pk_tile8 *T) {
     const int q41 = wt == GT_Q4_1, q8 = wt == GT_Q8_0, cb = q8 ? 256 : 128, sl = q41 ? 32 : 16;
