@@ -118,6 +118,25 @@ def test_mtp_matches_reference(model, golden) -> None:
         assert _rel(model.mtp_logits(hh, model.n_vocab), golden["mtp_logits"][n + i : n + i + 1]) < 1e-4
 
 
+def test_mtp_last_only_is_the_full_pass_bit_for_bit(model) -> None:
+    """The drafter's catch-up pass (`last_only`: earlier rows write only their K/V) leaves the same K/V and gives
+    the same last row as the full pass, at any start position and row count."""
+    rng = np.random.default_rng(11)
+    for p0, m in ((0, 1), (0, 7), (3, 2), (5, 30)):
+        hid = rng.standard_normal((m, model.c.n_embd)).astype(np.float32)
+        toks = rng.integers(0, model.n_vocab, m).astype(np.int32)
+        caches = [model.make_mtp_cache(64) for _ in range(2)]
+        for c in caches:  # the same earlier rows in both
+            if p0:
+                model.mtp_forward(toks[:1].repeat(p0), hid[:1].repeat(p0, 0), _pos(0, p0), c)
+        full = model.mtp_forward(toks, hid, _pos(p0, p0 + m), caches[0])
+        last = model.mtp_forward(toks, hid, _pos(p0, p0 + m), caches[1], last_only=True)
+        assert last.shape == (1, model.c.n_embd) and np.array_equal(last, full[-1:])
+        assert caches[0].n == caches[1].n == p0 + m
+        for a, b in zip(caches[0].k + caches[0].v, caches[1].k + caches[1].v, strict=True):
+            assert np.array_equal(a[:, : p0 + m], b[:, : p0 + m])
+
+
 def test_chunked_prefill_matches_per_token(model) -> None:
     toks = np.random.default_rng(5).integers(0, 320, 150).astype(np.int32)
     per = model.make_cache(256)

@@ -280,10 +280,13 @@ class Model(Decoder):
         return b.ssm_out(ops, y.reshape(n, c.val_dim))
 
     # ---- MTP head -------------------------------------------------------------------------------------------
-    def mtp_forward(self, tokens: np.ndarray, hidden: np.ndarray, positions: np.ndarray, cache: KVCache) -> np.ndarray:
+    def mtp_forward(self, tokens: np.ndarray, hidden: np.ndarray, positions: np.ndarray, cache: KVCache,
+                    last_only: bool = False) -> np.ndarray:
         """One MTP pass: tokens (M,) int32 with the hidden states (M, n_embd) they follow (the trunk's post-norm
         rows, or the head's own output when chaining) at positions (M,) -> the head's post-norm hidden (M, n_embd).
-        Writes K/V at `positions` of `cache` (the head's own)."""
+        Writes K/V at `positions` of `cache` (the head's own). `last_only`: only the last row's output (1, n_embd);
+        the rows before it only write their K/V (no query, attention, output projection or FFN: the drafter's
+        catch-up on committed rows), the same bits as the full pass (batch-invariant kernels)."""
         mtp, c, ops, m = self.mtp, self.c, self.ops, tokens.shape[0]
         if mtp is None:
             raise ProviderError(f"{self.path}: the file has no prediction head")
@@ -292,7 +295,16 @@ class Model(Decoder):
         hh = ops.rms_norm(ops.contiguous(hidden), mtp.hnorm, c.eps)
         u = mtp.eh_proj(ops, ops.concat([e, hh], axis=1))
         b = mtp.blk
-        u += b.attn(ops, ops.rms_norm(u, b.attn_norm, c.eps), Batch([SeqRows(tokens, positions, cache)]))
+        if last_only and m > 1:
+            hn = ops.rms_norm(u, b.attn_norm, c.eps)
+            k, v = b.attn.keys_values(ops, hn, positions)
+            cache.store(b.attn.slot, int(positions[0]), k, v)
+            last = positions[-1:]
+            q, gate = b.attn.query(ops, ops.contiguous(hn[-1:]), last)
+            u = ops.contiguous(u[-1:])
+            u += b.attn.output(ops, b.attn.attend(ops, q, last, cache, int(last[0]) + 1), gate)
+        else:
+            u += b.attn(ops, ops.rms_norm(u, b.attn_norm, c.eps), Batch([SeqRows(tokens, positions, cache)]))
         u += b.ffn(ops, ops.rms_norm(u, b.post_attention_norm, c.eps))
         cache.advance(int(positions[-1]) + 1)
         return ops.rms_norm(u, mtp.head_norm, c.eps)

@@ -21,8 +21,9 @@ from ...sampling import SamplingParams, greedy_token, sample, to_probs
 from ..proposal import Proposal
 
 DRAFT_VOCAB = 65536
-# Committed rows wait until the next draft (or this many rows) and then go through the head in one batched pass:
-# while the governor keeps drafting off, keeping the head level then costs a fraction of a head pass per token.
+# Committed rows wait until the next draft (or this many rows) and then go through the head in one batched pass
+# that computes only their K/V (and the last row's output): while the governor keeps drafting off, keeping the
+# head level costs its eh_proj and K/V projections per token.
 FLUSH_ROWS = 64
 
 
@@ -99,7 +100,7 @@ class MTPDrafter:
         if p0 > self.cache.n:
             raise ValueError(f"the drafter holds {self.cache.n} positions and cannot skip to position {p0}")
         self.cache.trim(self.cache.n - p0)
-        out = self.model.mtp_forward(toks, hidden, positions, self.cache)
+        out = self.model.mtp_forward(toks, hidden, positions, self.cache, last_only=True)
         self._h = np.ascontiguousarray(out[-1:])
 
     def _pick(self, logits: np.ndarray) -> tuple[int, np.ndarray | None]:
