@@ -1,8 +1,10 @@
 """The kernels' thread pool (cuca/kernels/src/pool.c): callers from several Python threads at once get the results
-they get alone, a forked child computes without its parent's workers, and the thread count is obeyed."""
+they get alone, a forked child computes without its parent's workers, the thread count is obeyed, and a worker
+that sees a job late never runs the next one's items (its C self-test, pool_test.c)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -90,3 +92,29 @@ def test_thread_count_is_obeyed_and_a_forked_child_computes() -> None:
     r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=LIMIT_S,
                        cwd=Path(__file__).resolve().parents[1])
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+SELFTEST = textwrap.dedent("""
+    import json
+    from cuca.kernels import implementations
+    print(json.dumps(implementations()["c"].pool_selftest(3, 200, 2, 64, 5000, 100_000, 300_000)))
+""")
+
+
+def test_a_late_worker_never_runs_the_next_jobs_items() -> None:
+    """The race d94ddf9 fixed, made near certain by the pool's test delays: 200 jobs of 2 and 64 items in turn,
+    each worker sleeping 100 us between seeing a job and reading its fields, the caller 300 us between writing a
+    job's fields and publishing them. A worker that saw a small job then reads the large one's fields under the
+    small one's generation; unless the small job's claim word was closed, its claims succeed, it runs the large
+    job's items before they are published and counts them into its done, so items run twice and cuca_pool_run
+    returns with some still running (without the close, 10 runs: 3600-5100 items not run exactly once, 84-100 of
+    the 100 large jobs not finished at return). Every item must run once, by its own job's function, and be
+    finished when its job's call returns; and workers must have read fields inside the window (between the
+    close and the next publish: else the test provoked nothing). In a subprocess: the delays are process-wide, and
+    a broken pool must not hang or corrupt this one."""
+    r = subprocess.run([sys.executable, "-c", SELFTEST], capture_output=True, text=True, timeout=LIMIT_S,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert {k: got[k] for k in ("runs", "wrong", "early")} == {"runs": 0, "wrong": 0, "early": 0}, got
+    assert got["windows"] > 0, got

@@ -10,12 +10,14 @@
 #include "module_ops.inc"
 #include "module_deltanet.inc"
 #include "module_hybrid.inc"
+#include "module_pool.inc"
 
 static PyMethodDef cuca_methods[] = {
     CUCA_MATMUL_METHODS
     CUCA_OPS_METHODS
     CUCA_DELTANET_METHODS
     CUCA_HYBRID_METHODS
+    CUCA_POOL_METHODS
     {NULL, NULL, 0, NULL},
 };
 

@@ -47,6 +47,10 @@ static pool_t P = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZ
                    .run = PTHREAD_MUTEX_INITIALIZER};
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 
+/* Test only (cuca_pool_test_delays): delays in ns, 0 = off, read with one relaxed load where they sit; the times
+ * a delayed worker read a job's fields inside the window the close guards. */
+static atomic_llong test_wait_ns, test_publish_ns, test_windows;
+
 static int64_t now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -54,6 +58,18 @@ static int64_t now_ns(void) {
 }
 
 static uint32_t word_gen(uint64_t w) { return (uint32_t)(w >> 32); }
+
+static int test_sleep(atomic_llong *ns) {
+    const int64_t t = atomic_load_explicit(ns, memory_order_relaxed);
+    if (t > 0) nanosleep(&(struct timespec){.tv_sec = t / 1000000000LL, .tv_nsec = t % 1000000000LL}, NULL);
+    return t > 0;
+}
+
+int64_t cuca_pool_test_delays(int64_t wait_ns, int64_t publish_ns) {
+    atomic_store(&test_wait_ns, wait_ns);
+    atomic_store(&test_publish_ns, publish_ns);
+    return atomic_exchange(&test_windows, 0);
+}
 
 /* Claim the next chunk of job `gen`: [*lo, *hi). 0 when the job has no items left or is no longer current. */
 static int pool_claim(uint32_t gen, int64_t n, int64_t chunk, int64_t *lo, int64_t *hi) {
@@ -95,11 +111,14 @@ static void *pool_worker(void *arg) {
     for (;;) {
         const uint32_t gen = pool_wait(seen);
         seen = gen;
+        const int testing = test_sleep(&test_wait_ns); /* a worker descheduled between seeing a job and its fields */
         /* possibly a newer job's fields: then the claims below fail, and the loop looks again */
         const cuca_item_fn fn = atomic_load_explicit(&P.fn, memory_order_relaxed);
         void *ctx = atomic_load_explicit(&P.ctx, memory_order_relaxed);
         const int64_t n = atomic_load_explicit(&P.n_items, memory_order_relaxed);
         const int64_t chunk = atomic_load_explicit(&P.chunk, memory_order_relaxed);
+        if (testing && atomic_load(&P.word) == (((uint64_t)gen << 32) | 0xFFFFFFFFull))
+            atomic_fetch_add(&test_windows, 1); /* its job closed, the next one not yet published */
         if (tid >= atomic_load_explicit(&P.nt, memory_order_relaxed)) continue;
         int64_t lo, hi;
         while (pool_claim(gen, n, chunk, &lo, &hi)) {
@@ -171,6 +190,7 @@ void cuca_pool_run(int n_threads, int64_t n_items, int64_t chunk, cuca_item_fn f
     atomic_store_explicit(&P.chunk, chunk, memory_order_relaxed);
     atomic_store_explicit(&P.nt, nt, memory_order_relaxed);
     atomic_store_explicit(&P.done, 0, memory_order_relaxed);
+    test_sleep(&test_publish_ns); /* a caller descheduled between writing the fields and publishing them */
     if (++P.gen == 0) ++P.gen; /* 0 is the word before any job */
     const uint32_t gen = P.gen;
     atomic_store(&P.word, (uint64_t)gen << 32); /* seq_cst: publishes the fields, then the sleepers are read */
