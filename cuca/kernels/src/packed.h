@@ -5,10 +5,17 @@
 #define CUCA_PACKED_H
 #include "qmatmul.h"
 
-/* Packed bytes are prefetched 8 KiB ahead into L2 (T1): interleaved A/B runs (2 threads, M = 1, cold) put that
- * at 1.3-1.7x the rate of 4 KiB into L1, whose prefetches stall the loads once the miss buffers are full. Raw rows
- * (R streams at once) are prefetched CUCA_PREFETCH ahead. */
+/* Packed bytes are prefetched PK_PF ahead into L2 (T1): interleaved A/B runs (2 threads, M = 1, cold) put 8 KiB
+ * at 1.3-1.7x the rate of 4 KiB into L1, whose prefetches stall the loads once the miss buffers are full. AVX-512
+ * (Zen 4): 8 KiB (4 / 16 KiB and NTA: 1.04-1.06x its time). AVX2 (Zen 3): 2 KiB, 0.93x the time of 8 KiB on Q4_0
+ * 12288x1536 (3 runs), 0.94-0.97x on Q6_K and Q4_0 1536x6144, Q8_0 on par; whole decode 1.09x the speed on the
+ * Gemma 4 E2B file, 1.04x Qwen 3.5 0.8B (cuca vs cuca, one process, interleaved). Raw rows (R streams at once) are
+ * prefetched CUCA_PREFETCH ahead. */
+#if defined(CUCA_AVX512)
 #define PK_PF 8192
+#else
+#define PK_PF 2048
+#endif
 #if defined(CUCA_AVX512)
 #define PK_R 16
 #define PK_T 8
