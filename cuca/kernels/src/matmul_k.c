@@ -1,13 +1,13 @@
-/* Tile kernels for the 256-value K formats Q4_K, Q5_K (all builds) and Q6_K (AVX-512 and portable builds) against
- * Q8_K activations; the AVX2 build runs Q6_K through the row-interleaved kernel (matmul_p6.c), on raw rows too
- * (cuca_tile_q hands it out), so packed and raw rows give identical results.
+/* Tile kernels for the 256-value K formats Q5_K (all builds), Q4_K and Q6_K (AVX-512 and portable builds) against
+ * Q8_K activations; the AVX2 build runs Q6_K and Q4_K through the row-interleaved kernels (matmul_p6.c,
+ * matmul_p4k.c), on raw rows too (cuca_tile_q hands them out), so packed and raw rows give identical results.
  *
  * Every integer partial sum is exact; only its float scaling is ordered, the same for each x row in every tile.
  * AVX-512: one zmm holds a whole superblock, with 2 lanes per 32-value group (Q4_K/Q5_K) or 1 lane per
  *   16-value group (Q6_K), so four dpbusd leave per-group sums in the lanes. Per x row and superblock
  *   acc += (sumi lanes * (dw * scale_g) [+ group sums * (-dmin * min_g)]) * da; Q6_K's code offset 32 seeds
  *   the integer sums as -32 * bsum_g. One horizontal sum at the end.
- * AVX2: u8 x s8 pair products and 16-bit scales into 32-bit lanes (maddubs, madd) per 32 values, then per
+ * AVX2 (Q5_K): u8 x s8 pair products and 16-bit scales into 32-bit lanes (maddubs, madd) per 32 values, then per
  *   superblock acc += (sumi lanes * da) * dw and accm += (mins . bsums lanes * da) * dmin.
  * Portable C: the same per superblock with scalar integer sums. */
 #include "qmatmul.h"
@@ -274,17 +274,17 @@ static inline void qk_tile(const int wt, const uint8_t *w, const cuca_act *A, in
 #else
 #define QK_FN(name, wt) CUCA_TILE_FN(name, qk_tile, wt, 4)
 #endif
-QK_FN(tile_q4_k, GT_Q4_K)
 QK_FN(tile_q5_k, GT_Q5_K)
 #if !defined(CUCA_AVX2)
+QK_FN(tile_q4_k, GT_Q4_K)
 QK_FN(tile_q6_k, GT_Q6_K)
 #endif
 
 int cuca_tile_k(int wtype, cuca_tile_fn *fn, int *tile) {
     switch (wtype) {
-    case GT_Q4_K: *fn = tile_q4_k; break;
     case GT_Q5_K: *fn = tile_q5_k; break;
 #if !defined(CUCA_AVX2)
+    case GT_Q4_K: *fn = tile_q4_k; break;
     case GT_Q6_K: *fn = tile_q6_k; break;
 #endif
     default: return CUCA_EUNSUPPORTED;
