@@ -153,21 +153,13 @@ static void p4_any(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, 
                    int nv, size_t rb) {
     switch (nr) { P4_CASE(1) P4_CASE(2) P4_CASE(3) P4_CASE(4) default: break; }
 }
-static void p4_packed(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo,
-                      int nv) {
-    p4_any(g, nb, A, m0, nr, out, ldo, nv, 0);
-}
-static void p4_raw(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64_t m0, int nr, float *out,
-                   int64_t ldo) {
-    for (int i = 0; i < nw; i += PK_R)
-        p4_any(w + (size_t)i * rb, A->nblk, A, m0, nr, out + i, ldo, nw - i < PK_R ? nw - i : PK_R, rb);
-}
+PK_ENTRY_POINTS(p4_any)
 #endif
 
 int cuca_tile_p4k(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
 #if defined(CUCA_AVX2)
-    if (packed) *packed = p4_packed;
-    if (raw) *raw = p4_raw;
+    if (packed) *packed = p4_any_packed;
+    if (raw) *raw = p4_any_raw;
     *tile = P4_T;
     return CUCA_OK;
 #else

@@ -151,15 +151,7 @@ static void p6_any(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, 
                    int nv, size_t rb) {
     switch (nr) { P6_CASES default: break; }
 }
-static void p6_packed(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo,
-                      int nv) {
-    p6_any(g, nb, A, m0, nr, out, ldo, nv, 0);
-}
-static void p6_raw(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64_t m0, int nr, float *out,
-                   int64_t ldo) {
-    for (int i = 0; i < nw; i += PK_R)
-        p6_any(w + (size_t)i * rb, A->nblk, A, m0, nr, out + i, ldo, nw - i < PK_R ? nw - i : PK_R, rb);
-}
+PK_ENTRY_POINTS(p6_any)
 #endif
 
 void cuca_p6_codes(const uint8_t *blk, uint8_t *dst) {
@@ -179,8 +171,8 @@ void cuca_p6_codes(const uint8_t *blk, uint8_t *dst) {
 
 int cuca_tile_p6(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
 #if defined(CUCA_AVX2)
-    if (packed) *packed = p6_packed;
-    if (raw) *raw = p6_raw;
+    if (packed) *packed = p6_any_packed;
+    if (raw) *raw = p6_any_raw;
     *tile = P6_T;
     return CUCA_OK;
 #else

@@ -109,6 +109,20 @@ static inline __attribute__((always_inline)) void pk_store8(float *out, int64_t 
 }
 #endif
 
+/* A group kernel's two entry points from one kernel any(g, nb, A, m0, nr, out, ldo, nv, rb) (rb 0: a packed group,
+ * else raw rows at stride rb; nb: superblocks per row): any##_packed (a cuca_pk_fn) and any##_raw (a cuca_tile_fn,
+ * the tensor's raw rows in groups of R). One kernel, so a row's result never depends on its storage. */
+#define PK_ENTRY_POINTS(any)                                                                                    \
+    static void any##_packed(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out,  \
+                             int64_t ldo, int nv) {                                                             \
+        any(g, nb, A, m0, nr, out, ldo, nv, 0);                                                                 \
+    }                                                                                                            \
+    static void any##_raw(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64_t m0, int nr, float *out, \
+                          int64_t ldo) {                                                                         \
+        for (int i = 0; i < nw; i += PK_R)                                                                       \
+            any(w + (size_t)i * rb, A->nblk, A, m0, nr, out + i, ldo, nw - i < PK_R ? nw - i : PK_R, rb);       \
+    }
+
 /* matmul_p6.c: the Q6_K group kernel and the same kernel on raw rows (as cuca_tile_p); the 208 code and scale
  * bytes of one row's superblock blk in the packed encoding (dst: 208 bytes, the 52 dwords of the packed layout) */
 void cuca_p6_codes(const uint8_t *blk, uint8_t *dst);
