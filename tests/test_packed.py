@@ -1,4 +1,4 @@
-"""Row-interleaved (packed) Q4_0 / Q8_0 / Q6_K / Q4_1 / Q4_K weights of the C backend (matmul_p.c,
+"""Row-interleaved (packed) Q4_0 / Q8_0 / Q6_K / Q4_1 / Q4_K / F16 / BF16 weights of the C backend (matmul_p*.c,
 cuca.kernels.packing): equal to the numpy twin of the raw matmul, bit-for-bit batch invariant (batch size,
 position, threads, row prefixes), and behind Ops: file weights are packed once, their raw bytes stay readable,
 in-memory weights stay raw."""
@@ -20,11 +20,11 @@ from cuca.models.layers import Linear, linear
 from cuca.models.ops import Ops
 
 C = implementations().get("c")
-PACKED = [t for t in (Q.Q4_0, Q.Q8_0, Q.Q6_K, Q.Q4_1, Q.Q4_K) if C is not None and C.pack_rows(t) > 0]
+PACKED = [t for t in (Q.Q4_0, Q.Q8_0, Q.Q6_K, Q.Q4_1, Q.Q4_K, Q.F16, Q.BF16) if C is not None and C.pack_rows(t) > 0]
 needs_packed = pytest.mark.skipif(not PACKED, reason="this build packs no format")
 MS = [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32]
-# odd numbers of blocks: a record (matmul_p.c) holds fewer
-N_IN = {Q.Q4_0: 352, Q.Q8_0: 352, Q.Q6_K: 768, Q.Q4_1: 352, Q.Q4_K: 768}
+# odd numbers of blocks: a record (matmul_p.c) holds fewer; float formats: n_in % 8 != 0 (matmul_pf.c's tail)
+N_IN = {Q.Q4_0: 352, Q.Q8_0: 352, Q.Q6_K: 768, Q.Q4_1: 352, Q.Q4_K: 768, Q.F16: 349, Q.BF16: 341}
 TOL = 1e-6  # |C - numpy| / (|W| @ |x|), as tests/test_matmul.py
 
 
@@ -84,6 +84,11 @@ def test_packed_extreme_codes(wtype: int) -> None:
         w[:, :, 16:] = rng.choice(np.array([0x00, 0xFF, 0x0F, 0xF0], np.uint8), w[:, :, 16:].shape)
     elif wtype == Q.Q8_0:
         w[:, :, 2:] = rng.choice(np.array([-128, -127, 127], np.int8), w[:, :, 2:].shape).view(np.uint8)
+    elif wtype == Q.F16:  # the largest finite, a subnormal, -0 (converted by F16C in the kernel)
+        w[...] = rng.choice(np.array([65504.0, -65504.0, 6e-8, -0.0], np.float16), w.shape)
+    elif wtype == Q.BF16:  # bit patterns: +-8.3e34 (256 of them stay finite in float32), the smallest subnormal, -0
+        bits = rng.choice(np.array([0x797F, 0xF97F, 0x0001, 0x8000], np.uint16), (n_out, n_in))
+        w[...] = bits.view(np.uint8).reshape(w.shape)
     else:  # Q4_0 codes after d; Q4_1 after d and m
         c0 = 4 if wtype == Q.Q4_1 else 2
         w[:, :, c0:] = rng.choice(np.array([0x00, 0xFF, 0x0F, 0xF0], np.uint8), w[:, :, c0:].shape)
@@ -170,7 +175,7 @@ def _weights_file(path: Path, wtype: int, n_out: int, n_in: int) -> np.ndarray:
     return raw
 
 
-@pytest.mark.parametrize("wtype", [Q.Q4_0, Q.Q8_0, Q.Q6_K, Q.Q4_1, Q.Q4_K], ids=Q.type_name)
+@pytest.mark.parametrize("wtype", [Q.Q4_0, Q.Q8_0, Q.Q6_K, Q.Q4_1, Q.Q4_K, Q.F16, Q.BF16], ids=Q.type_name)
 def test_ops_packs_file_weights(tmp_path: Path, wtype: int) -> None:
     """A file weight is packed at its first matmul (where the build packs it; else, from 1 MiB, its raw rows are
     copied into the arena) and computes what matmul_packed (the raw kernel) does; Linear.w still reads the file's
@@ -288,8 +293,8 @@ def test_ops_copies_large_unpacked_file_weights_into_its_arena(tmp_path: Path) -
     from cuca.kernels.packing import RAW_COPY_MIN
 
     n_out, n_in = 1024, 768
-    w = rows(n_out, n_in, seed=6).astype(np.float16)
-    assert w.nbytes >= RAW_COPY_MIN
+    w = rows(n_out, n_in, seed=6)  # F32: packed by no build
+    assert w.nbytes >= RAW_COPY_MIN and (C is None or C.pack_rows(Q.F32) == 0)
     wr = gguf.GGUFWriter(str(tmp_path / "f.gguf"), "llama")
     wr.add_tensor("w", w)
     wr.write_header_to_file()

@@ -60,6 +60,7 @@ static inline __attribute__((always_inline)) void f_tile(const int wt, const uin
 }
 
 #elif defined(CUCA_AVX2)
+/* F32 only in practice: F16 / BF16 run matmul_pf.c's 4-row tiles (cuca_tile_q hands them out) */
 #define F_T 4
 static inline float hsum256(__m256 a) {
     __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));

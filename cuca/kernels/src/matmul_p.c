@@ -25,6 +25,7 @@ int cuca_pack_rows(int wtype) {
     /* AVX-512 keeps Q6_K raw (matmul_p6.c says why); Q4_1 raw ran at about half the packed rate (AVX2); Q4_K:
      * matmul_p4k.c */
     if (wtype == GT_Q6_K || wtype == GT_Q4_1 || wtype == GT_Q4_K) return PK_R;
+    if (wtype == GT_F16 || wtype == GT_BF16) return 4; /* matmul_pf.c */
 #endif
     return wtype == GT_Q4_0 || wtype == GT_Q8_0 ? PK_R : 0;
 }
@@ -33,6 +34,7 @@ int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *
     const int R = cuca_pack_rows(wtype), k6 = wtype == GT_Q6_K, q41 = wtype == GT_Q4_1;
     if (R == 0) return CUCA_EUNSUPPORTED;
     if (wtype == GT_Q4_K) return cuca_p4k_pack(w, n_out, n_in, dst); /* its own superblock layout */
+    if (wtype == GT_F16 || wtype == GT_BF16) return cuca_pf_pack(w, n_out, n_in, dst);
     const int bs = k6 ? QKK : QK, bytes = k6 ? 210 : wtype == GT_Q8_0 ? 34 : q41 ? 20 : 18, nt = PK_NT(wtype);
     /* where a block's fp16 scale (Q4_1: then its min) and its code dwords are */
     const int doff = k6 ? 208 : 0, coff = k6 ? 0 : q41 ? 4 : 2;
@@ -325,6 +327,7 @@ PK_FNS(pk_q4_1, GT_Q4_1)
 int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     if (wtype == GT_Q6_K) return cuca_tile_p6(packed, raw, tile);
     if (wtype == GT_Q4_K) return cuca_tile_p4k(packed, raw, tile);
+    if (wtype == GT_F16 || wtype == GT_BF16) return cuca_tile_pf(wtype, packed, raw, tile);
 #if PK_R > 0
     cuca_pk_fn p = NULL;
     cuca_tile_fn r = NULL;
