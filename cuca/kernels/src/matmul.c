@@ -60,24 +60,11 @@ static inline __attribute__((always_inline)) void f_tile(const int wt, const uin
 }
 
 #elif defined(CUCA_AVX2)
-/* F32 only in practice: F16 / BF16 run matmul_pf.c's 4-row tiles (cuca_tile_q hands them out) */
+/* F32 only: F16 / BF16 run matmul_pf.c's 4-row tiles (cuca_tile_q hands them out) */
 #define F_T 4
-static inline float hsum256(__m256 a) {
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    b = _mm_add_ss(b, _mm_movehdup_ps(b));
-    return _mm_cvtss_f32(b);
-}
-
-static inline __attribute__((always_inline)) __m256 f_load(const int wt, const uint8_t *w, int64_t k) {
-    if (wt == GT_F32) return _mm256_loadu_ps((const float *)w + k);
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + k));
-    if (wt == GT_F16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
 static inline __attribute__((always_inline)) void f_tile(const int wt, const uint8_t *w, const cuca_act *A,
                                                          int64_t m0, const int nr, float *out, int64_t ldo) {
+    (void)wt;
     const int64_t n = A->n_in;
     const float *x = A->xf + m0 * n;
     __m256 acc0[F_T], acc1[F_T];
@@ -85,8 +72,8 @@ static inline __attribute__((always_inline)) void f_tile(const int wt, const uin
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
     for (; k + 16 <= n; k += 16) {
-        cuca_prefetch(w + k * (wt == GT_F32 ? 4 : 2), wt == GT_F32 ? 64 : 32);
-        const __m256 w0 = f_load(wt, w, k), w1 = f_load(wt, w, k + 8);
+        cuca_prefetch(w + k * 4, 64);
+        const __m256 w0 = _mm256_loadu_ps((const float *)w + k), w1 = _mm256_loadu_ps((const float *)w + k + 8);
         #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
             acc0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * n + k), acc0[r]);
@@ -95,12 +82,10 @@ static inline __attribute__((always_inline)) void f_tile(const int wt, const uin
     }
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) {
-        float s = hsum256(_mm256_add_ps(acc0[r], acc1[r]));
+        float s = cuca_hsum256(_mm256_add_ps(acc0[r], acc1[r]));
         for (int64_t j = k; j < n; j++) {
             float wj;
-            if (wt == GT_F32) memcpy(&wj, w + 4 * j, 4);
-            else if (wt == GT_F16) wj = cuca_h2f(cuca_ld16(w + 2 * j));
-            else { uint32_t b = (uint32_t)cuca_ld16(w + 2 * j) << 16; memcpy(&wj, &b, 4); }
+            memcpy(&wj, w + 4 * j, 4);
             s = fmaf(wj, x[r * n + j], s);
         }
         out[r * ldo] = s;
@@ -138,14 +123,18 @@ static inline void f_tile(const int wt, const uint8_t *w, const cuca_act *A, int
 #define F_FN(name, wt) CUCA_TILE_FN(name, f_tile, wt, 4)
 #endif
 F_FN(tile_f32, GT_F32)
+#if !defined(CUCA_AVX2) /* the AVX2 build packs F16 / BF16 (matmul_pf.c) */
 F_FN(tile_f16, GT_F16)
 F_FN(tile_bf16, GT_BF16)
+#endif
 
 int cuca_tile_f(int wtype, cuca_tile_fn *fn, int *tile) {
     switch (wtype) {
     case GT_F32: *fn = tile_f32; break;
+#if !defined(CUCA_AVX2)
     case GT_F16: *fn = tile_f16; break;
     case GT_BF16: *fn = tile_bf16; break;
+#endif
     default: return CUCA_EUNSUPPORTED;
     }
     *tile = F_T;

@@ -174,13 +174,6 @@ static inline __attribute__((always_inline)) void qk_tile(const int wt, const ui
 }
 
 #elif defined(CUCA_AVX2)
-static inline float hsum256(__m256 a) {
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    b = _mm_add_ss(b, _mm_movehdup_ps(b));
-    return _mm_cvtss_f32(b);
-}
-
 /* codes of the 32 values of group j (natural order) as unsigned bytes */
 static inline __m256i k_group(const int wt, const uint8_t *b, int j) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -233,7 +226,7 @@ static inline __attribute__((always_inline)) void qk_tile(const int wt, const ui
         }
     }
     #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) out[r * ldo] = hsum256(acc[r]) - hsum256(accm[r]);
+    for (int r = 0; r < nr; r++) out[r * ldo] = cuca_hsum256(acc[r]) - cuca_hsum256(accm[r]);
 }
 
 #else /* portable C */

@@ -25,7 +25,7 @@ int cuca_pack_rows(int wtype) {
     /* AVX-512 keeps Q6_K raw (matmul_p6.c says why); Q4_1 raw ran at about half the packed rate (AVX2); Q4_K:
      * matmul_p4k.c */
     if (wtype == GT_Q6_K || wtype == GT_Q4_1 || wtype == GT_Q4_K) return PK_R;
-    if (wtype == GT_F16 || wtype == GT_BF16) return 4; /* matmul_pf.c */
+    if (wtype == GT_F16 || wtype == GT_BF16) return PF_R; /* matmul_pf.c */
 #endif
     return wtype == GT_Q4_0 || wtype == GT_Q8_0 ? PK_R : 0;
 }

@@ -14,7 +14,6 @@
 #include <math.h>
 #include "packed.h"
 
-#define PF_R 4 /* rows per group */
 #if defined(CUCA_AVX2)
 #define PF_T 3
 /* packed bytes prefetched this far ahead (T1): 2 KiB (PK_PF) left M = 1 1.13-1.18x the time of the one-row kernel
@@ -29,18 +28,7 @@ static inline __attribute__((always_inline)) __m256 pf_load(const int wt, const 
 }
 
 static inline __attribute__((always_inline)) float pf_scalar(const int wt, const uint8_t *p) {
-    if (wt == GT_F16) return cuca_h2f(cuca_ld16(p));
-    const uint32_t b = (uint32_t)cuca_ld16(p) << 16;
-    float f;
-    memcpy(&f, &b, 4);
-    return f;
-}
-
-static inline float pf_hsum(__m256 a) {
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    b = _mm_add_ss(b, _mm_movehdup_ps(b));
-    return _mm_cvtss_f32(b);
+    return wt == GT_F16 ? cuca_h2f(cuca_ld16(p)) : cuca_bf2f(cuca_ld16(p));
 }
 
 /* nv (1..4) weight rows, chunk c of row i at g + c * cs + i * ro, its last values at g + nc * cs + i * to (packed:
@@ -83,7 +71,7 @@ static inline __attribute__((always_inline)) void pf_tile(const int wt, const ui
     for (int i = 0; i < nv; i++)
         #pragma GCC unroll 3
         for (int r = 0; r < nr; r++) {
-            float s = pf_hsum(acc[i][r]);
+            float s = cuca_hsum256(acc[i][r]);
             for (int64_t j = 8 * nc; j < n; j++)
                 s = fmaf(pf_scalar(wt, tl + (size_t)i * to + 2 * (size_t)(j - 8 * nc)), x[r * n + j], s);
             out[r * ldo + i] = s;

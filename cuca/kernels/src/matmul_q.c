@@ -158,13 +158,6 @@ static inline __attribute__((always_inline)) void qa_tile(const int wt, const ui
 }
 
 #elif defined(CUCA_AVX2)
-static inline float hsum256(__m256 a) {
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    b = _mm_add_ss(b, _mm_movehdup_ps(b));
-    return _mm_cvtss_f32(b);
-}
-
 /* 32 high bits -> bytes holding 0x10 where the bit is set */
 static inline __m256i qa_bits16(uint32_t bits) {
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
@@ -264,7 +257,7 @@ static inline __attribute__((always_inline)) void qa_tile(const int wt, const ui
         qa_group(wt, u, wd, wm, g, nr, A, m0, acc);
     }
     #pragma GCC unroll 17
-    for (int r = 0; r < nr; r++) out[r * ldo] = hsum256(acc[r]);
+    for (int r = 0; r < nr; r++) out[r * ldo] = cuca_hsum256(acc[r]);
 }
 
 #else /* portable C */

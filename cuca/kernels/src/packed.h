@@ -130,7 +130,8 @@ int cuca_tile_p6(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
 /* matmul_p4k.c: the Q4_K packing (its own superblock layout) and group kernel, as cuca_tile_p */
 int cuca_p4k_pack(const void *w, int64_t n_out, int64_t n_in, void *dst);
 int cuca_tile_p4k(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
-/* matmul_pf.c: F16 / BF16 in row pairs (AVX2), its packing (2-byte values, any n_in) and kernels */
+/* matmul_pf.c: F16 / BF16 in groups of PF_R rows (AVX2), its packing (2-byte values, any n_in) and kernels */
+#define PF_R 4
 int cuca_pf_pack(const void *w, int64_t n_out, int64_t n_in, void *dst);
 int cuca_tile_pf(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
 #endif

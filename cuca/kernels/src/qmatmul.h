@@ -163,6 +163,24 @@ static inline __attribute__((always_inline)) void cuca_prefetch(const void *p, i
 static inline uint16_t cuca_ld16(const void *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 static inline uint32_t cuca_ld32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 
+/* bf16 bits -> float (exact: the high half of a float32) */
+static inline float cuca_bf2f(uint16_t h) {
+    const uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+#if defined(CUCA_AVX2)
+/* the 8 lanes' sum in a fixed order (the AVX2 tile kernels' last step) */
+static inline float cuca_hsum256(__m256 a) {
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+#endif
+
 static inline float cuca_h2f(uint16_t h) {
 #if defined(__F16C__)
     return _cvtsh_ss(h);
