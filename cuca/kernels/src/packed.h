@@ -7,14 +7,17 @@
 
 /* Packed bytes are prefetched PK_PF ahead into L2 (T1): interleaved A/B runs (2 threads, M = 1, cold) put 8 KiB
  * at 1.3-1.7x the rate of 4 KiB into L1, whose prefetches stall the loads once the miss buffers are full. AVX-512
- * (Zen 4): 8 KiB (4 / 16 KiB and NTA: 1.04-1.06x its time). AVX2 (Zen 3): 2 KiB, 0.93x the time of 8 KiB on Q4_0
- * 12288x1536 (3 runs), 0.94-0.97x on Q6_K and Q4_0 1536x6144, Q8_0 on par; whole decode 1.09x the speed on the
- * Gemma 4 E2B file, 1.04x Qwen 3.5 0.8B (cuca vs cuca, one process, interleaved). Raw rows (R streams at once) are
- * prefetched CUCA_PREFETCH ahead. */
+ * (Zen 4): 8 KiB (4 / 16 KiB and NTA: 1.04-1.06x its time). AVX2 on a CPU without AVX-512 (Zen 3): 2 KiB, 0.93x the
+ * time of 8 KiB on Q4_0 12288x1536 (3 runs), 0.94-0.97x on Q6_K and Q4_0 1536x6144, Q8_0 on par; whole decode 1.09x
+ * the speed on the Gemma 4 E2B file, 1.04x Qwen 3.5 0.8B (cuca vs cuca, one process, interleaved). The AVX2 build on
+ * a CPU that has AVX-512 (Zen 4) takes 8 KiB, chosen at load (cuca_pk_pf): 0.88x the time of 2 KiB on Q4_0
+ * 12288x1536, whole decode 1.21x the speed on E2B and 1.36x on Qwen 3.5 (same method). Raw rows (R streams at once)
+ * are prefetched CUCA_PREFETCH ahead. */
 #if defined(CUCA_AVX512)
 #define PK_PF 8192
 #else
-#define PK_PF 2048
+extern int cuca_pk_pf; /* matmul_p.c: 2048, or 8192 where the CPU has AVX-512 */
+#define PK_PF cuca_pk_pf
 #endif
 #if defined(CUCA_AVX512)
 #define PK_R 16
