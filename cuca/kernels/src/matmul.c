@@ -27,69 +27,41 @@ static inline __attribute__((always_inline)) __m512 f_load(const int wt, const u
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-static inline __attribute__((always_inline)) void f_tile(const int wt, const uint8_t *w, const cuca_act *A,
-                                                         int64_t m0, const int nr, float *out, int64_t ldo) {
-    const int64_t n = A->n_in;
-    const float *x = A->xf + m0 * n;
-    __m512 acc0[F_T], acc1[F_T];
-    int64_t k = 0;
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) acc0[r] = acc1[r] = _mm512_setzero_ps();
-    for (; k + 32 <= n; k += 32) {
-        cuca_prefetch(w + k * (wt == GT_F32 ? 4 : 2), wt == GT_F32 ? 128 : 64);
-        const __m512 w0 = f_load(wt, w, k, 0xFFFF), w1 = f_load(wt, w, k + 16, 0xFFFF);
-        #pragma GCC unroll 8
-        for (int r = 0; r < nr; r++) {
-            acc0[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + r * n + k), acc0[r]);
-            acc1[r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + r * n + k + 16), acc1[r]);
-        }
-    }
-    if (k < n) {
-        const int64_t rem = n - k;
-        const __mmask16 m0m = (__mmask16)(rem >= 16 ? 0xFFFF : (1u << rem) - 1);
-        const __mmask16 m1m = (__mmask16)(rem <= 16 ? 0 : (1u << (rem - 16)) - 1);
-        const __m512 w0 = f_load(wt, w, k, m0m), w1 = f_load(wt, w, k + 16, m1m);
-        #pragma GCC unroll 8
-        for (int r = 0; r < nr; r++) {
-            acc0[r] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0m, x + r * n + k), acc0[r]);
-            if (rem > 16) acc1[r] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1m, x + r * n + k + 16), acc1[r]);
-        }
-    }
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(_mm512_add_ps(acc0[r], acc1[r]));
-}
-
-/* F16 / BF16 from 2 x rows: a register tile of FW_R weight rows x up to FW_T x rows (24 accumulators, 4 x vectors,
- * 1 weight vector), so each 16-value chunk of x loaded feeds 3 rows and each converted weight chunk 4 x rows: 0.58
- * loads per fma, where f_tile (one weight row) loaded 1.25 at M = 4. Per (weight row, x row) the float sequence is
- * f_tile's (two accumulators, 32 values a step, the masked tail, one horizontal sum): the same bits whatever the
- * tile, and one x row runs f_tile itself. */
+/* nv (1..FW_R) weight rows at stride rb against x rows m0 .. m0+nr-1: out[r * ldo + i]. Per (weight row, x row)
+ * one float sequence whatever nv and nr: two accumulators (values 32j .. 32j+15 and 32j+16 .. 32j+31), the masked
+ * tail, one horizontal sum. From 2 x rows F16 / BF16 take FW_R = 3 weight rows at once (24 accumulators, 4 x
+ * vectors, 1 weight vector): each 16-value chunk of x loaded feeds 3 rows and each converted weight chunk 4 x rows,
+ * 0.58 loads per fma where one weight row loaded 1.25 at M = 4; one x row (and F32) keeps one weight row: one stream
+ * (3 at once cost 1.25x its time from memory). */
 #define FW_R 3
 #define FW_T 4
-static inline __attribute__((always_inline)) void fw_tile(const int wt, const uint8_t *w, size_t rb, const int nv,
-                                                          const cuca_act *A, int64_t m0, const int nr, float *out,
-                                                          int64_t ldo) {
+static inline __attribute__((always_inline)) void f_tile(const int wt, const uint8_t *w, size_t rb, const int nv,
+                                                         const cuca_act *A, int64_t m0, const int nr, float *out,
+                                                         int64_t ldo) {
     const int64_t n = A->n_in;
+    const int es = wt == GT_F32 ? 4 : 2; /* bytes per weight */
     const float *x = A->xf + m0 * n;
-    __m512 acc[2][FW_R][FW_T];
+    __m512 acc[2][FW_R][F_T];
     int64_t k = 0;
     #pragma GCC unroll 3
     for (int i = 0; i < nv; i++)
-        #pragma GCC unroll 4
+        #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) acc[0][i][r] = acc[1][i][r] = _mm512_setzero_ps();
     for (; k + 32 <= n; k += 32) {
-        /* nv row streams at once: 4 KiB ahead into L2 (1 KiB into L1 as f_tile: 1.2-1.3x the time from memory) */
-        #pragma GCC unroll 3
-        for (int i = 0; i < nv; i++) _mm_prefetch((const char *)w + (size_t)i * rb + k * 2 + 4096, _MM_HINT_T1);
+        /* several row streams: 4 KiB ahead into L2 (1 KiB into L1, as for one: 1.2-1.3x the time from memory) */
+        if (nv == 1) cuca_prefetch(w + k * es, 32 * es);
+        else
+            #pragma GCC unroll 3
+            for (int i = 0; i < nv; i++) _mm_prefetch((const char *)w + (size_t)i * rb + k * es + 4096, _MM_HINT_T1);
         #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            __m512 xv[FW_T];
-            #pragma GCC unroll 4
+            __m512 xv[F_T];
+            #pragma GCC unroll 8
             for (int r = 0; r < nr; r++) xv[r] = _mm512_loadu_ps(x + r * n + k + 16 * h);
             #pragma GCC unroll 3
             for (int i = 0; i < nv; i++) {
                 const __m512 wv = f_load(wt, w + (size_t)i * rb, k + 16 * h, 0xFFFF);
-                #pragma GCC unroll 4
+                #pragma GCC unroll 8
                 for (int r = 0; r < nr; r++) acc[h][i][r] = _mm512_fmadd_ps(wv, xv[r], acc[h][i][r]);
             }
         }
@@ -104,7 +76,7 @@ static inline __attribute__((always_inline)) void fw_tile(const int wt, const ui
             #pragma GCC unroll 3
             for (int i = 0; i < nv; i++) {
                 const __m512 wv = f_load(wt, w + (size_t)i * rb, k + 16 * h, mm[h]);
-                #pragma GCC unroll 4
+                #pragma GCC unroll 8
                 for (int r = 0; r < nr; r++)
                     acc[h][i][r] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mm[h], x + r * n + k + 16 * h),
                                                    acc[h][i][r]);
@@ -113,19 +85,21 @@ static inline __attribute__((always_inline)) void fw_tile(const int wt, const ui
     }
     #pragma GCC unroll 3
     for (int i = 0; i < nv; i++)
-        #pragma GCC unroll 4
+        #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) out[r * ldo + i] = hsum512(_mm512_add_ps(acc[0][i][r], acc[1][i][r]));
 }
 
-#define FW_NV(wt, n, v) case v: fw_tile(wt, w + (size_t)i * rb, rb, v, A, m0, n, out + i, ldo); break;
+/* one weight row (CUCA_TILE_FN's row kernel) */
+#define f_row(wt, w, A, m0, nr, out, ldo) f_tile(wt, w, 0, 1, A, m0, nr, out, ldo)
+#define FW_NV(wt, n, v) case v: f_tile(wt, w + (size_t)i * rb, rb, v, A, m0, n, out + i, ldo); break;
 #define FW_CASE(wt, n) \
     case n: switch (nw - i < FW_R ? nw - i : FW_R) { FW_NV(wt, n, 1) FW_NV(wt, n, 2) FW_NV(wt, n, 3) default: break; } \
         break;
 #define FW_FN(name, wt)                                                                                          \
     static void name(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64_t m0, int nr, float *out,    \
                      int64_t ldo) {                                                                              \
-        if (nr == 1) { /* one x row: one weight stream (3 at once: 1.25x the time from memory), the same bits */ \
-            for (int i = 0; i < nw; i++) f_tile(wt, w + (size_t)i * rb, A, m0, 1, out + i, ldo);                 \
+        if (nr == 1) {                                                                                           \
+            for (int i = 0; i < nw; i++) f_row(wt, w + (size_t)i * rb, A, m0, 1, out + i, ldo);                  \
             return;                                                                                              \
         }                                                                                                        \
         for (int i = 0; i < nw; i += FW_R)                                                                       \
@@ -191,7 +165,7 @@ static inline void f_tile(const int wt, const uint8_t *w, const cuca_act *A, int
 #endif
 
 #if F_T == 8
-#define F_FN(name, wt) CUCA_TILE_FN(name, f_tile, wt, 8)
+#define F_FN(name, wt) CUCA_TILE_FN(name, f_row, wt, 8)
 #else
 #define F_FN(name, wt) CUCA_TILE_FN(name, f_tile, wt, 4)
 #endif

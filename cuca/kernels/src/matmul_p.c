@@ -17,15 +17,13 @@
  * in one lane, whatever the tile height or the thread split: batch invariant. */
 #include "packed.h"
 
-#if !defined(CUCA_AVX512)
-int cuca_pk_pf = 2048;
 #if defined(CUCA_AVX2)
-/* the prefetch distance of the CPU the AVX2 build runs on (packed.h says why) */
+/* the prefetch distance of the CPU the AVX2 build runs on (packed.h says why), set once at load */
+int cuca_pk_pf = 2048;
 __attribute__((constructor)) static void pk_pf_init(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) cuca_pk_pf = 8192;
 }
-#endif
 #endif
 
 /* code dwords per block (Q6_K: its 208 bytes before d: ql, qh, the 16 sub-block scales; matmul_p6.c) */

@@ -15,7 +15,7 @@
  * are prefetched CUCA_PREFETCH ahead. */
 #if defined(CUCA_AVX512)
 #define PK_PF 8192
-#else
+#elif defined(CUCA_AVX2)
 extern int cuca_pk_pf; /* matmul_p.c: 2048, or 8192 where the CPU has AVX-512 */
 #define PK_PF cuca_pk_pf
 #endif
