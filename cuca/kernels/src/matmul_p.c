@@ -1,8 +1,8 @@
-/* Row-interleaved ("packed") Q4_0 / Q8_0 weights, Q4_1 on AVX2 (Q6_K: matmul_p6.c) and their tile kernels: R = 16 (AVX-512)
- * or 8 (AVX2) weight rows share one vector, one int32 lane per row, so one broadcast activation dword feeds R
- * output rows and each lane sums a whole 32-block: per block and x row one int->float conversion, one scale
- * product and one fma for R rows
- * (the raw kernels spend that on every 4 blocks of one row).
+/* Row-interleaved ("packed") Q4_0 / Q8_0 weights, Q4_1 on AVX2 (Q6_K: matmul_p6.c; AVX-512 matmul_k.c) and their
+ * tile kernels: R = 16 (AVX-512) or 8 (AVX2) weight rows share one vector, one int32 lane per row, so one
+ * broadcast activation dword feeds R output rows and each lane sums a whole 32-block: per block and x row one
+ * int->float conversion, one scale product and one fma for R rows (the raw kernels spend that on every 4 blocks
+ * of one row).
  *
  * Layout (same size as the raw tensor): rows in groups of R; a group is one stream of records of K = 64 / (2R)
  * 32-blocks (the last may hold fewer): the fp16 scales of rows 0..R-1 for each block of the record (one cache
@@ -31,10 +31,11 @@ __attribute__((constructor)) static void pk_pf_init(void) {
 
 int cuca_pack_rows(int wtype) {
 #if defined(CUCA_AVX2)
-    /* AVX-512 keeps Q6_K raw (matmul_p6.c says why); Q4_1 raw ran at about half the packed rate (AVX2); Q4_K:
-     * matmul_p4k.c */
+    /* Q4_1 raw ran at about half the packed rate (AVX2); Q4_K: matmul_p4k.c */
     if (wtype == GT_Q6_K || wtype == GT_Q4_1 || wtype == GT_Q4_K) return PK_R;
     if (wtype == GT_F16 || wtype == GT_BF16) return PF_R; /* matmul_pf.c */
+#elif defined(CUCA_AVX512)
+    if (wtype == GT_Q6_K) return 1; /* rows in place, codes reordered (matmul_k.c) */
 #endif
     return wtype == GT_Q4_0 || wtype == GT_Q8_0 ? PK_R : 0;
 }
@@ -43,6 +44,9 @@ int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *
     const int R = cuca_pack_rows(wtype), k6 = wtype == GT_Q6_K, q41 = wtype == GT_Q4_1;
     if (R == 0) return CUCA_EUNSUPPORTED;
     if (wtype == GT_Q4_K) return cuca_p4k_pack(w, n_out, n_in, dst); /* its own superblock layout */
+#if defined(CUCA_AVX512)
+    if (wtype == GT_Q6_K) return cuca_k6_pack(w, n_out, n_in, dst);
+#endif
     if (wtype == GT_F16 || wtype == GT_BF16) return cuca_pf_pack(w, n_out, n_in, dst);
     const int bs = k6 ? QKK : QK, bytes = k6 ? 210 : wtype == GT_Q8_0 ? 34 : q41 ? 20 : 18, nt = PK_NT(wtype);
     /* where a block's fp16 scale (Q4_1: then its min) and its code dwords are */

@@ -1,7 +1,7 @@
 /* Row-interleaved ("packed") Q6_K weights against Q8_K activations, AVX2 build: R = 8 weight rows share one
  * vector, one int32 lane per row, so one broadcast activation dword feeds R output rows. (The AVX-512 build keeps
- * Q6_K raw, matmul_k.c: a 16-row packed form, commit 2fdff47, was faster in cache but drew 11-17% less bandwidth
- * than the raw kernel on the 330 MB E2B head at 2 threads.)
+ * each Q6_K row in place, matmul_k.c: a 16-row packed form, commit 2fdff47, was faster in cache but drew 11-17% less
+ * bandwidth than one row at a time on the 330 MB E2B head at 2 threads.)
  *
  * Layout (same size as the raw tensor, matmul_p.c's records with 256-value blocks): per superblock of a group of
  * R rows, dword t < 52 of its first 208 bytes (t < 32: ql, t < 48: qh, t < 52: the 16 int8 sub-block scales) of
@@ -175,6 +175,8 @@ int cuca_tile_p6(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     if (raw) *raw = p6_any_raw;
     *tile = P6_T;
     return CUCA_OK;
+#elif defined(CUCA_AVX512)
+    return cuca_tile_k6p(packed, raw, tile);
 #else
     (void)packed; (void)raw; (void)tile;
     return CUCA_EUNSUPPORTED;

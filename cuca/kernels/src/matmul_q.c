@@ -13,8 +13,8 @@
  *   row, one accumulator per row; the weights of a group are unpacked once for every row of the tile.
  * Portable C: scalar, block by block.
  * Every tile size runs the same float sequence for each x row.
- * Where the build packs a format (cuca_pack_rows: Q4_0 and Q8_0 with AVX-512 or AVX2; Q4_1 and Q6_K (matmul_p6.c)
- * too on AVX2), cuca_tile_q hands out the packed kernel on raw rows instead, so that packed and raw rows give
+ * Where the build packs a format (cuca_pack_rows: Q4_0, Q8_0 and Q6_K (matmul_p6.c, matmul_k.c) with AVX-512 or
+ * AVX2; Q4_1 too on AVX2), cuca_tile_q hands out the packed kernel on raw rows instead, so that packed and raw rows give
  * identical results: the SIMD kernels here serve Q5_0, Q5_1 (and Q4_1 with AVX-512), the portable ones every
  * format. */
 #include "qmatmul.h"
