@@ -12,6 +12,7 @@ from cuca.speculative.governor import (
     ALPHA,
     COST_WINDOW,
     DEPTH_PROBE_EVERY,
+    OFF_CHECKS,
     PROBE_FIRST,
     PROBE_MAX,
     REFRESH_EVERY,
@@ -193,6 +194,20 @@ def test_turns_off_when_acceptance_drops() -> None:
     off = decisions.index(0)
     assert 1 <= off <= 20 and not any(decisions[off:])  # ~20 rounds of acceptance memory
     assert kinds(gov, "spec_off") == [24 + off]
+
+
+def test_one_slow_check_while_drafting_does_not_stop_it() -> None:
+    """A drafting round after which plain decoding models the faster (one rejection at a length just tried, with
+    its first-use cost) keeps drafting on; OFF_CHECKS such checks in a row turn it off."""
+    gov, s = SpeedGovernor(), Script(linear(0.010, 0.003), [0.9, 0.9, 0.9])
+    s.run(gov, 4 + 20)
+    assert gov.drafting
+    verdicts = iter([False, True] + [False] * OFF_CHECKS)
+    gov._faster = lambda: next(verdicts)  # type: ignore[method-assign]
+    assert all(s.run(gov, 2 + OFF_CHECKS - 1))  # slow, fast, then OFF_CHECKS - 1 slow: still drafting
+    assert gov.drafting and kinds(gov, "spec_off") == []
+    s.run(gov, 1)
+    assert not gov.drafting and kinds(gov, "spec_off") == [gov.rounds]
 
 
 def test_failed_probes_double_the_interval_up_to_512() -> None:

@@ -10,7 +10,9 @@ is E(k) / cost(k), and the best length k* maximises it over 1..draft_tokens (dra
 
 On top of that the product page's on/off schedule, with "speculation" meaning the rate at k*:
   * measure plain first (WARMUP_ROUNDS plain rounds), then speculation (WARMUP_ROUNDS rounds at full length);
-  * draft while rate(k*) >= SPEEDUP * plain rate, checked after every round; after every REFRESH_EVERY drafting
+  * draft while rate(k*) >= SPEEDUP * plain rate, checked after every round (drafting stops when OFF_CHECKS checks
+    in a row fail: one round at a length just tried, its first-use cost and one rejection, must not switch
+    speculation off for `interval` rounds); after every REFRESH_EVERY drafting
     rounds, refresh the plain cost with REFRESH_ROUNDS plain rounds; draft once at each length not yet timed, and
     every DEPTH_PROBE_EVERY drafting rounds one longer or one shorter than k* (in turn), so that the next
     position's acceptance and the neighbouring costs stay measured;
@@ -42,6 +44,7 @@ PROBE_ROUNDS = 2
 TRIAL_MAX_ROUNDS = 6  # a probe with drafts accepted in it runs on (PROBE_ROUNDS at a time) up to this many rounds
 PROBE_MAX = 512
 DEPTH_PROBE_EVERY = 16
+OFF_CHECKS = 3  # failed checks in a row that stop drafting (a refresh's end, a probe or warm-up: one is enough)
 PRIOR_ROUNDS = 2  # how many rounds' weight a deeper position's acceptance gives the position before it
 DEPTH_MARGIN = 1.01  # another length replaces the current one only when modelled this much faster (no dithering)
 EVENTS_KEPT = 4096  # the log is bounded: a model may serve requests for days
@@ -146,6 +149,7 @@ class SpeedGovernor:
         self._left = WARMUP_ROUNDS  # rounds left in the current measurement, refresh or probe (0: none running)
         self._trial = [0, 0]  # rounds run and drafts accepted since the current probe or speculation warm-up began
         self._count = 0  # schedule rounds since drafting turned on, the last refresh, or the last probe
+        self._slower = 0  # drafting rounds in a row after which plain decoding was modelled the faster
         self._probe_depth = 0
         self._pending: int | None = None  # the length decide() returned for the schedule (None: forced, or none)
         self._events: deque[GovernorEvent] = deque(maxlen=EVENTS_KEPT)
@@ -335,7 +339,7 @@ class SpeedGovernor:
 
     # ---- the schedule ------------------------------------------------------------------------------------------
     def _turn(self, on: bool) -> None:
-        self._phase, self._left, self._count = ("drafting" if on else "plain"), 0, 0
+        self._phase, self._left, self._count, self._slower = ("drafting" if on else "plain"), 0, 0, 0
         self.depth = self.best()[0] if on else 0
         self._log("spec_on" if on else "spec_off", self.depth)
 
@@ -379,7 +383,8 @@ class SpeedGovernor:
             return
         self._count += 1
         if self._phase == "drafting":
-            if not self._faster():
+            self._slower = 0 if self._faster() else self._slower + 1
+            if self._slower >= OFF_CHECKS:
                 self._turn(False)
                 return
             self._reselect()
