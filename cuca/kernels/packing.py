@@ -1,4 +1,4 @@
-"""Row-interleaved weights, private to the C backend: a Q4_0 / Q8_0 / Q6_K weight that the build packs
+"""Row-interleaved weights, private to the C backend: a Q4_0 / Q8_0 / Q4_1 / Q6_K weight that the build packs
 (`pack_rows`) is repacked once, at its first matmul, into the layout of `matmul_packed` (matmul_p.c, matmul_p6.c:
 one activation load feeds 16 (AVX-512) or 8 (AVX2) output rows). `Linear.w` and `Linear.wtype` keep their raw
 GGUF meaning for everyone else (cuca.quants, get_rows, other backends).

@@ -1,4 +1,4 @@
-/* Row-interleaved ("packed") Q4_0 / Q8_0 weights, Q4_1 on AVX2 (Q6_K: matmul_p6.c; AVX-512 matmul_k.c) and their
+/* Row-interleaved ("packed") Q4_0 / Q8_0 / Q4_1 weights (Q6_K: matmul_p6.c; AVX-512 matmul_k.c) and their
  * tile kernels: R = 16 (AVX-512) or 8 (AVX2) weight rows share one vector, one int32 lane per row, so one
  * broadcast activation dword feeds R output rows and each lane sums a whole 32-block: per block and x row one
  * int->float conversion, one scale product and one fma for R rows (the raw kernels spend that on every 4 blocks
@@ -36,6 +36,8 @@ int cuca_pack_rows(int wtype) {
     if (wtype == GT_F16 || wtype == GT_BF16) return PF_R; /* matmul_pf.c */
 #elif defined(CUCA_AVX512)
     if (wtype == GT_Q6_K) return 1; /* rows in place, codes reordered (matmul_k.c) */
+    /* Q4_1 (SmolLM2): the QA tile cost 1.7-1.8x its M = 1 time at M = 4; packed 1.33-1.37x, M = 1 0.94x */
+    if (wtype == GT_Q4_1) return PK_R;
 #endif
     return wtype == GT_Q4_0 || wtype == GT_Q8_0 ? PK_R : 0;
 }
@@ -98,45 +100,51 @@ static inline __attribute__((always_inline)) int64_t pk_ai(int64_t b) {
 
 #if defined(CUCA_AVX512)
 /* One group of 16 weight rows (g: its packed bytes, nb blocks) for the x rows m0 .. m0+nr-1: out[r * ldo + i] for
- * rows i < nv. */
+ * rows i < nv. Q4_1 (w = d * code + m, Q8_1 activations with s = da * sum(a)): no code offset (the sum starts at
+ * 0), its min term mw * s summed in a second accumulator added at the end, as on AVX2. */
 static inline __attribute__((always_inline)) void pk_group(const int wt, const uint8_t *g, int64_t nb,
                                                            const cuca_act *A, int64_t m0, const int nr, float *out,
                                                            int64_t ldo, int nv, const size_t rb) {
-    const int nt = PK_NT(wt), bytes = wt == GT_Q8_0 ? 34 : 18;
+    const int q41 = wt == GT_Q4_1, nt = PK_NT(wt), bytes = wt == GT_Q8_0 ? 34 : q41 ? 20 : 18, coff = q41 ? 4 : 2;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __mmask16 mk = (__mmask16)(nv >= 16 ? 0xFFFF : (1u << nv) - 1);
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                            _mm512_set1_epi32((int)rb));
-    __m512 acc[PK_T];
+    __m512 acc[PK_T], accm[PK_T];
     const int8_t *q[PK_T];
     const int32_t *c[PK_T];
-    const float *d[PK_T];
+    const float *d[PK_T], *sa[PK_T];
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) {
-        acc[r] = _mm512_setzero_ps();
+        acc[r] = accm[r] = _mm512_setzero_ps();
         q[r] = ACT_QS(A, m0 + r);
         c[r] = ACT_C(A, m0 + r);
         d[r] = ACT_D(A, m0 + r);
+        sa[r] = q41 ? ACT_S(A, m0 + r) : NULL;
     }
     for (int64_t b = 0; b < nb; b++) {
         size_t co = (size_t)b * bytes, so = 0;
-        if (!rb) pk_where(16, nb, b, 64 * (size_t)nt, 2, &co, &so);
+        if (!rb) pk_where(16, nb, b, 64 * (size_t)nt, q41 ? 4 : 2, &co, &so);
         const uint8_t *cb = g + co;
         __m512i u[8], v[8];
-        __m512 dw;
+        __m512 dw, mw = _mm512_setzero_ps();
         if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
             if ((co & 63) < (size_t)bytes) /* this block starts a new line of each row */
                 for (int i = 0; i < nv; i++) _mm_prefetch((const char *)cb + (size_t)i * rb + CUCA_PREFETCH, _MM_HINT_T0);
-            pk_rows16(cb + 2, rb, nv, v);
+            pk_rows16(cb + coff, rb, nv, v);
             if (wt == GT_Q8_0) pk_rows16(cb + 18, rb, nv, v + 4);
             if (wt == GT_Q8_0)
                 for (int t = 0; t < 8; t++) v[t] = _mm512_xor_si512(v[t], _mm512_set1_epi8((char)0x80));
             dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
                 _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, cb, 1)));
+            if (q41)
+                mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
+                    _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, cb + 2, 1)));
         } else {
             for (int o = 0; o <= 64 * nt; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T1);
             for (int t = 0; t < nt; t++) v[t] = _mm512_loadu_si512(cb + 64 * t);
             dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + so)));
+            if (q41) mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + so + 32)));
         }
         if (wt == GT_Q8_0) {
             for (int t = 0; t < 8; t++) u[t] = v[t];
@@ -150,7 +158,7 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
         for (int r = 0; r < nr; r++) {
             /* two dependent dpbusd chains of 4, not one of 8: at M = 1 the chain's latency was the kernel's bound
              * (integer sums: the same bits either way) */
-            __m512i s = _mm512_set1_epi32(c[r][pk_ai(b)]), s1 = _mm512_setzero_si512();
+            __m512i s = q41 ? _mm512_setzero_si512() : _mm512_set1_epi32(c[r][pk_ai(b)]), s1 = _mm512_setzero_si512();
             #pragma GCC unroll 8
             for (int t = 0; t < 8; t += 2) { /* Q4_0: u[t] = values 4t.. (t < 4) or 16 + 4(t-4).. */
                 s = _mm512_dpbusd_epi32(s, u[t], _mm512_set1_epi32(ld_i32(pk_aq(q[r], b, 4 * t))));
@@ -159,10 +167,12 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
             s = _mm512_add_epi32(s, s1);
             const __m512 f = _mm512_mul_ps(dw, _mm512_set1_ps(d[r][pk_ai(b)]));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), f, acc[r]);
+            if (q41) accm[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sa[r][pk_ai(b)]), accm[r]);
         }
     }
     #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) _mm512_mask_storeu_ps(out + r * ldo, mk, acc[r]);
+    for (int r = 0; r < nr; r++)
+        _mm512_mask_storeu_ps(out + r * ldo, mk, q41 ? _mm512_add_ps(acc[r], accm[r]) : acc[r]);
 }
 
 #elif defined(CUCA_AVX2)
@@ -332,9 +342,7 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
     }
 PK_FNS(pk_q4_0, GT_Q4_0)
 PK_FNS(pk_q8_0, GT_Q8_0)
-#if defined(CUCA_AVX2)
 PK_FNS(pk_q4_1, GT_Q4_1)
-#endif
 #endif
 
 int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
@@ -346,9 +354,7 @@ int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     cuca_tile_fn r = NULL;
     if (wtype == GT_Q4_0) p = pk_q4_0, r = pk_q4_0_raw;
     else if (wtype == GT_Q8_0) p = pk_q8_0, r = pk_q8_0_raw;
-#if defined(CUCA_AVX2)
     else if (wtype == GT_Q4_1) p = pk_q4_1, r = pk_q4_1_raw;
-#endif
     else return CUCA_EUNSUPPORTED;
     if (packed) *packed = p;
     if (raw) *raw = r;

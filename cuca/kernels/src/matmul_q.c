@@ -13,10 +13,9 @@
  *   row, one accumulator per row; the weights of a group are unpacked once for every row of the tile.
  * Portable C: scalar, block by block.
  * Every tile size runs the same float sequence for each x row.
- * Where the build packs a format (cuca_pack_rows: Q4_0, Q8_0 and Q6_K (matmul_p6.c, matmul_k.c) with AVX-512 or
- * AVX2; Q4_1 too on AVX2), cuca_tile_q hands out the packed kernel on raw rows instead, so that packed and raw rows give
- * identical results: the SIMD kernels here serve Q5_0, Q5_1 (and Q4_1 with AVX-512), the portable ones every
- * format. */
+ * Where the build packs a format (cuca_pack_rows: Q4_0, Q8_0, Q4_1 and Q6_K (matmul_p6.c, matmul_k.c) with AVX-512
+ * or AVX2), cuca_tile_q hands out the packed kernel on raw rows instead, so that packed and raw rows give identical
+ * results: the SIMD kernels here serve Q5_0 and Q5_1, the portable ones every format. */
 #include "qmatmul.h"
 
 #if defined(CUCA_AVX512)
@@ -295,7 +294,7 @@ static inline void qa_tile(const int wt, const uint8_t *w, const cuca_act *A, in
 QA_FN(tile_q8_0, GT_Q8_0)
 QA_FN(tile_q4_0, GT_Q4_0)
 #endif
-#if !defined(CUCA_AVX2) /* the AVX2 build packs Q4_1 too */
+#if !defined(CUCA_AVX512) && !defined(CUCA_AVX2) /* the SIMD builds pack Q4_1 too */
 QA_FN(tile_q4_1, GT_Q4_1)
 #endif
 QA_FN(tile_q5_0, GT_Q5_0)
@@ -308,7 +307,7 @@ int cuca_tile_q(int wtype, cuca_tile_fn *fn, int *tile) {
     case GT_Q8_0: *fn = tile_q8_0; break;
     case GT_Q4_0: *fn = tile_q4_0; break;
 #endif
-#if !defined(CUCA_AVX2)
+#if !defined(CUCA_AVX512) && !defined(CUCA_AVX2)
     case GT_Q4_1: *fn = tile_q4_1; break;
 #endif
     case GT_Q5_0: *fn = tile_q5_0; break;
