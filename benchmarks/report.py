@@ -121,14 +121,16 @@ def options_for(name: str, pair: Pair, target: Any, drafter: Any, threads: int, 
         assert p is not None
         # synthetic weights: the category only changes the prompt, so one prompt per category; the sweep, the
         # curve and the poor drafter use the list prompt (16 pairs: one request's tok/s moves by +-10% here, and
-        # 8 pairs' median ratio gave 0.948x with the governor's probes taking 4 rounds of 760)
+        # 8 pairs' median ratio gave 0.948x with the governor's probes taking 4 rounds of 760); the curve's point
+        # at the published level (the summary's "drafting every round") 5 pairs, the other levels 1
         o = replace(o, controlled=p, acceptance=sorted({0.0, 0.25, 0.5, round(p, 4), 0.9, 1.0}),
-                    sweep_categories=("list",), poor_drafter=True, poor_warmup=4, poor_reps=16)
+                    sweep_categories=("list",), poor_drafter=True, poor_warmup=4, poor_reps=16,
+                    controlled_curve_reps=5)
     o = replace(o, **pair.options)
     if quick:
         o = replace(o, reps=1, prompts_per_category=1, max_tokens=32, sweep=(1, 3), poor_warmup=1, poor_reps=1,
                     acceptance=[a for a in o.acceptance if a in (0.0, 1.0) or abs(a - (o.controlled or -1)) < 1e-3],
-                    sweep_categories=("list",))
+                    sweep_categories=("list",), controlled_curve_reps=0)
     return o
 
 
@@ -152,7 +154,8 @@ def summary(results: dict[str, Any]) -> list[str]:
             line = (f"- **{name}** at the published level ({level}, P = {p:.3f} per draft; measured acceptance "
                     f"{_pct(curve[0]['acceptance_rate']) if curve else '-'}, "
                     f"{curve[0]['tokens_per_round'] if curve else '-'} tokens/round): cuca drafting every round "
-                    f"**{_x(raw)}** (measured), governed per category "
+                    f"**{_x(raw)}** (measured, medians of {curve[0].get('pairs', '-') if curve else '-'} plain / "
+                    "speculative pairs), governed per category "
                     f"{', '.join(f'{c} {_x(v)}' for c, v in gov.items())}"
                     f"; llama.cpp ({peer_build(res.get('llama', {}))} build) **{_x(lp.get('speedup'))}** "
                     "(modelled from its round and plain-step "

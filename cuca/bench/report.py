@@ -64,6 +64,7 @@ class BenchOptions:
     sweep: Sequence[int] = (1, 2, 3, 4)
     sweep_categories: Sequence[str] = CATEGORIES  # the first prompt of each feeds the sweep, curve and poor drafter
     curve_reps: int = 1
+    controlled_curve_reps: int = 0  # pairs at the curve's point for `controlled` (the headline figure), if more
     poor_drafter: bool = False
     poor_warmup: int = 4
     poor_reps: int = 2
@@ -98,7 +99,9 @@ def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
             res["sweep"] = run_sweep(b, sweep_prompts, o.sweep, o.max_tokens, o.controlled, log)
         if o.acceptance:
             log("acceptance curve")
-            res["curve"] = run_curve(b, sweep_prompts, o.acceptance, Workload(o.max_tokens, o.curve_reps), log=log)
+            more = {o.controlled: o.controlled_curve_reps} if o.controlled is not None else None
+            res["curve"] = run_curve(b, sweep_prompts, o.acceptance, Workload(o.max_tokens, o.curve_reps), log=log,
+                                     reps_at=more)
         if o.poor_drafter:
             log("poorly-accepted drafter, governed vs plain")
             res["poor_drafter"] = run_poor_drafter(b, sweep_prompts, Workload(o.max_tokens, o.poor_reps), o.poor_warmup,
@@ -209,12 +212,12 @@ def format_report(res: dict[str, Any]) -> str:
         lines.append(f"speedup vs acceptance (controlled, draft_tokens {res['curve']['draft_tokens']}, drafting every "
                      f"round):")
         lines.append(f"  {'P':>6s} {'accept':>7s} {'tok/round':>9s} {'plain':>7s} {'spec':>7s} {'cuca x':>7s} "
-                     f"{'llama x (modelled)':>18s}")
+                     f"{'llama x (modelled)':>18s} {'pairs':>5s}")
         for p in res["curve"]["points"]:
             lines.append(f"  {p['probability']:6.3f} {_f(p['acceptance_rate'], '{:.0%}'):>7s} "
                          f"{_f(p['tokens_per_round']):>9s} {_f(p['plain_tps']):>7s} {_f(p['spec_tps']):>7s} "
                          f"{_f(p['speedup'], '{:.2f}x'):>7s} "
-                         f"{_f(p.get('llama_speedup_modelled'), '{:.2f}x'):>18s}")
+                         f"{_f(p.get('llama_speedup_modelled'), '{:.2f}x'):>18s} {p.get('pairs', '-'):>5}")
     if "llama_published" in res:
         lp = res["llama_published"]
         lines.append(f"llama.cpp at the published level ({lp['tokens_per_round']} tokens/round), MODELLED: "
