@@ -354,7 +354,7 @@ def run_curve(b: Bench, prompts: list[str], levels: Sequence[float], work: Workl
     ids = [b.encode(t) for t in prompts]
     points = []
     for p in levels:
-        reps = max([work.reps] + [n for q, n in (reps_at or {}).items() if abs(q - p) < 1e-6])
+        reps = max([work.reps] + [n for q, n in (reps_at or {}).items() if abs(q - p) < 1e-3])  # levels: 4 places
         plain, runs = [], []
         for rep in range(reps):
             for j, x in enumerate(ids):
