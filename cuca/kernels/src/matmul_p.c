@@ -27,7 +27,10 @@ __attribute__((constructor)) static void pk_pf_init(void) {
 #endif
 
 /* code dwords per block (Q6_K: its 208 bytes before d: ql, qh, the 16 sub-block scales; matmul_p6.c) */
-#define PK_NT(wt) ((wt) == GT_Q6_K ? 52 : (wt) == GT_Q8_0 ? 8 : 4)
+#define PK_NT(wt) ((wt) == GT_Q6_K ? 52 : (wt) == GT_Q8_0 ? 8 : (wt) == GT_Q5_0 || (wt) == GT_Q5_1 ? 5 : 4)
+/* 32-blocks: bytes, where the packed dwords start (Q5_0 / Q5_1: qh, then the 4 code dwords) and whether a min follows d */
+#define PK_BYTES(wt) ((wt) == GT_Q8_0 ? 34 : (wt) == GT_Q4_1 ? 20 : (wt) == GT_Q5_0 ? 22 : (wt) == GT_Q5_1 ? 24 : 18)
+#define PK_MIN(wt) ((wt) == GT_Q4_1 || (wt) == GT_Q5_1)
 
 int cuca_pack_rows(int wtype) {
 #if defined(CUCA_AVX2)
@@ -38,20 +41,22 @@ int cuca_pack_rows(int wtype) {
     if (wtype == GT_Q6_K) return 1; /* rows in place, codes reordered (matmul_k.c) */
     /* Q4_1 (SmolLM2): the QA tile cost 1.7-1.8x its M = 1 time at M = 4; packed 1.33-1.37x, M = 1 0.94x */
     if (wtype == GT_Q4_1) return PK_R;
+    /* Q5_0 / Q5_1 (Gemma 3 270M's FFN): the 5th bits picked per byte by vpmultishiftqb (VBMI) */
+    if (wtype == GT_Q5_0 || wtype == GT_Q5_1) return PK_R;
 #endif
     return wtype == GT_Q4_0 || wtype == GT_Q8_0 ? PK_R : 0;
 }
 
 int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *dst) {
-    const int R = cuca_pack_rows(wtype), k6 = wtype == GT_Q6_K, q41 = wtype == GT_Q4_1;
+    const int R = cuca_pack_rows(wtype), k6 = wtype == GT_Q6_K, q41 = PK_MIN(wtype);
     if (R == 0) return CUCA_EUNSUPPORTED;
     if (wtype == GT_Q4_K) return cuca_p4k_pack(w, n_out, n_in, dst); /* its own superblock layout */
 #if defined(CUCA_AVX512)
     if (wtype == GT_Q6_K) return cuca_k6_pack(w, n_out, n_in, dst);
 #endif
     if (wtype == GT_F16 || wtype == GT_BF16) return cuca_pf_pack(w, n_out, n_in, dst);
-    const int bs = k6 ? QKK : QK, bytes = k6 ? 210 : wtype == GT_Q8_0 ? 34 : q41 ? 20 : 18, nt = PK_NT(wtype);
-    /* where a block's fp16 scale (Q4_1: then its min) and its code dwords are */
+    const int bs = k6 ? QKK : QK, bytes = k6 ? 210 : PK_BYTES(wtype), nt = PK_NT(wtype);
+    /* where a block's fp16 scale (Q4_1 / Q5_1: then its min) and its code dwords are */
     const int doff = k6 ? 208 : 0, coff = k6 ? 0 : q41 ? 4 : 2;
     if (n_out <= 0 || n_in <= 0 || n_in % bs) return CUCA_EINVAL;
     const int64_t nb = n_in / bs, ng = n_out / R;
@@ -99,14 +104,25 @@ static inline __attribute__((always_inline)) int64_t pk_ai(int64_t b) {
 #endif
 
 #if defined(CUCA_AVX512)
+/* vpmultishiftqb controls that put the 5th bit of value 4t + j (bit 4t + j of a row's qh dword) at bit 4 of byte j
+ * of that row's lane, for the code vector u[t] of values 4t .. 4t+3 (t < 4: low nibbles, else high) */
+static inline __attribute__((always_inline)) __m512i pk_q5_sel(int t) {
+    uint64_t p = 0;
+    for (int k = 0; k < 8; k++) p |= (uint64_t)((32 * (k / 4) + 4 * t + k % 4 - 4) & 63) << (8 * k);
+    return _mm512_set1_epi64((long long)p);
+}
+
 /* One group of 16 weight rows (g: its packed bytes, nb blocks) for the x rows m0 .. m0+nr-1: out[r * ldo + i] for
- * rows i < nv. Q4_1 (w = d * code + m, Q8_1 activations with s = da * sum(a)): no code offset (the sum starts at
- * 0), its min term mw * s summed in a second accumulator added at the end, as on AVX2. */
+ * rows i < nv. Q4_1 / Q5_1 (w = d * code + m, Q8_1 activations with s = da * sum(a)): no code offset (the sum starts
+ * at 0), the min term mw * s summed in a second accumulator added at the end, as on AVX2. Q5_0 / Q5_1: the packed
+ * dwords of a block are qh, then the 4 code dwords; each code byte gets its 5th bit from qh by one byte-wise
+ * multishift (VBMI), so raw rows (qh gathered) run the same instructions. */
 static inline __attribute__((always_inline)) void pk_group(const int wt, const uint8_t *g, int64_t nb,
                                                            const cuca_act *A, int64_t m0, const int nr, float *out,
                                                            int64_t ldo, int nv, const size_t rb) {
-    const int q41 = wt == GT_Q4_1, nt = PK_NT(wt), bytes = wt == GT_Q8_0 ? 34 : q41 ? 20 : 18, coff = q41 ? 4 : 2;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const int hm = PK_MIN(wt), q5 = wt == GT_Q5_0 || wt == GT_Q5_1, nt = PK_NT(wt), bytes = PK_BYTES(wt);
+    const int coff = 2 + 2 * hm + 4 * q5; /* the codes after d (+ m) (+ qh) */
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
     const __mmask16 mk = (__mmask16)(nv >= 16 ? 0xFFFF : (1u << nv) - 1);
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                            _mm512_set1_epi32((int)rb));
@@ -120,45 +136,50 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
         q[r] = ACT_QS(A, m0 + r);
         c[r] = ACT_C(A, m0 + r);
         d[r] = ACT_D(A, m0 + r);
-        sa[r] = q41 ? ACT_S(A, m0 + r) : NULL;
+        sa[r] = hm ? ACT_S(A, m0 + r) : NULL;
     }
     for (int64_t b = 0; b < nb; b++) {
         size_t co = (size_t)b * bytes, so = 0;
-        if (!rb) pk_where(16, nb, b, 64 * (size_t)nt, q41 ? 4 : 2, &co, &so);
+        if (!rb) pk_where(16, nb, b, 64 * (size_t)nt, hm ? 4 : 2, &co, &so);
         const uint8_t *cb = g + co;
-        __m512i u[8], v[8];
+        __m512i u[8], v[9]; /* v: the code dwords (Q5: v[0] qh, codes from v[1]) */
         __m512 dw, mw = _mm512_setzero_ps();
         if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
             if ((co & 63) < (size_t)bytes) /* this block starts a new line of each row */
                 for (int i = 0; i < nv; i++) _mm_prefetch((const char *)cb + (size_t)i * rb + CUCA_PREFETCH, _MM_HINT_T0);
-            pk_rows16(cb + coff, rb, nv, v);
+            pk_rows16(cb + coff, rb, nv, v + q5);
+            if (q5) v[0] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, cb + coff - 4, 1);
             if (wt == GT_Q8_0) pk_rows16(cb + 18, rb, nv, v + 4);
             if (wt == GT_Q8_0)
                 for (int t = 0; t < 8; t++) v[t] = _mm512_xor_si512(v[t], _mm512_set1_epi8((char)0x80));
             dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
                 _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, cb, 1)));
-            if (q41)
+            if (hm)
                 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
                     _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, cb + 2, 1)));
         } else {
             for (int o = 0; o <= 64 * nt; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T1);
             for (int t = 0; t < nt; t++) v[t] = _mm512_loadu_si512(cb + 64 * t);
             dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + so)));
-            if (q41) mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + so + 32)));
+            if (hm) mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + so + 32)));
         }
         if (wt == GT_Q8_0) {
             for (int t = 0; t < 8; t++) u[t] = v[t];
         } else {
+            const __m512i *cv = v + q5;
             for (int t = 0; t < 4; t++) {
-                u[t] = _mm512_and_si512(v[t], m4);
-                u[t + 4] = _mm512_and_si512(_mm512_srli_epi16(v[t], 4), m4);
+                u[t] = _mm512_and_si512(cv[t], m4);
+                u[t + 4] = _mm512_and_si512(_mm512_srli_epi16(cv[t], 4), m4);
             }
+            if (q5)
+                for (int t = 0; t < 8; t++)
+                    u[t] = _mm512_or_si512(u[t], _mm512_and_si512(_mm512_multishift_epi64_epi8(pk_q5_sel(t), v[0]), m10));
         }
         #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
             /* two dependent dpbusd chains of 4, not one of 8: at M = 1 the chain's latency was the kernel's bound
              * (integer sums: the same bits either way) */
-            __m512i s = q41 ? _mm512_setzero_si512() : _mm512_set1_epi32(c[r][pk_ai(b)]), s1 = _mm512_setzero_si512();
+            __m512i s = hm ? _mm512_setzero_si512() : _mm512_set1_epi32(c[r][pk_ai(b)]), s1 = _mm512_setzero_si512();
             #pragma GCC unroll 8
             for (int t = 0; t < 8; t += 2) { /* Q4_0: u[t] = values 4t.. (t < 4) or 16 + 4(t-4).. */
                 s = _mm512_dpbusd_epi32(s, u[t], _mm512_set1_epi32(ld_i32(pk_aq(q[r], b, 4 * t))));
@@ -167,12 +188,12 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
             s = _mm512_add_epi32(s, s1);
             const __m512 f = _mm512_mul_ps(dw, _mm512_set1_ps(d[r][pk_ai(b)]));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), f, acc[r]);
-            if (q41) accm[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sa[r][pk_ai(b)]), accm[r]);
+            if (hm) accm[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sa[r][pk_ai(b)]), accm[r]);
         }
     }
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++)
-        _mm512_mask_storeu_ps(out + r * ldo, mk, q41 ? _mm512_add_ps(acc[r], accm[r]) : acc[r]);
+        _mm512_mask_storeu_ps(out + r * ldo, mk, hm ? _mm512_add_ps(acc[r], accm[r]) : acc[r]);
 }
 
 #elif defined(CUCA_AVX2)
@@ -343,6 +364,10 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
 PK_FNS(pk_q4_0, GT_Q4_0)
 PK_FNS(pk_q8_0, GT_Q8_0)
 PK_FNS(pk_q4_1, GT_Q4_1)
+#if defined(CUCA_AVX512)
+PK_FNS(pk_q5_0, GT_Q5_0)
+PK_FNS(pk_q5_1, GT_Q5_1)
+#endif
 #endif
 
 int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
@@ -355,6 +380,10 @@ int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     if (wtype == GT_Q4_0) p = pk_q4_0, r = pk_q4_0_raw;
     else if (wtype == GT_Q8_0) p = pk_q8_0, r = pk_q8_0_raw;
     else if (wtype == GT_Q4_1) p = pk_q4_1, r = pk_q4_1_raw;
+#if defined(CUCA_AVX512)
+    else if (wtype == GT_Q5_0) p = pk_q5_0, r = pk_q5_0_raw;
+    else if (wtype == GT_Q5_1) p = pk_q5_1, r = pk_q5_1_raw;
+#endif
     else return CUCA_EUNSUPPORTED;
     if (packed) *packed = p;
     if (raw) *raw = r;

@@ -5,17 +5,14 @@
  * for the formats with a min). Weight codes enter the u8 x s8 dot instructions unsigned; the code offset (8, 16,
  * or 128 for Q8_0's sign flip) comes back through the activation correction c = -off * sum(a), which seeds the
  * integer accumulator.
- * AVX-512: a zmm holds 4 blocks, 4 lanes each (two dpbusd cover the 32 values); the weight bytes are gathered
- *   with two-source byte permutes. Per x row and group of 4 blocks acc += (sumi lanes * da) * dw, alternating
- *   between two accumulators, then one fixed horizontal sum.
  * AVX2: per group of 4 blocks, the pair sums of each block (maddubs, madd) folded by two horizontal adds into
  *   one vector (lane j and j + 4: block j), so the offset, scaling and accumulation run once per 4 blocks per x
  *   row, one accumulator per row; the weights of a group are unpacked once for every row of the tile.
  * Portable C: scalar, block by block.
  * Every tile size runs the same float sequence for each x row.
- * Where the build packs a format (cuca_pack_rows: Q4_0, Q8_0, Q4_1 and Q6_K (matmul_p6.c, matmul_k.c) with AVX-512
- * or AVX2), cuca_tile_q hands out the packed kernel on raw rows instead, so that packed and raw rows give identical
- * results: the SIMD kernels here serve Q5_0 and Q5_1, the portable ones every format. */
+ * Where the build packs a format (cuca_pack_rows: Q4_0, Q8_0, Q4_1 (matmul_p.c) with AVX-512 or AVX2, Q5_0 and
+ * Q5_1 with AVX-512), cuca_tile_q hands out the packed kernel on raw rows instead, so that packed and raw rows give
+ * identical results: the AVX2 kernels here serve Q5_0 and Q5_1, the portable ones every format. */
 #include "qmatmul.h"
 
 #if defined(CUCA_AVX512)
@@ -43,120 +40,7 @@ int cuca_qa_offset(int wtype) {
 #define QA_QH(wt) ((wt) == GT_Q5_0 ? 2 : 4)
 #define QA_QS(wt) ((wt) == GT_Q8_0 ? 2 : (wt) == GT_Q4_0 ? 2 : (wt) == GT_Q4_1 ? 4 : (wt) == GT_Q5_0 ? 6 : 8)
 
-/* Byte / word indices of the AVX-512 group unpacking (see qa_unpack4): for a group of 4 blocks loaded as
- * A = bytes [0, 64) and B = bytes [base, base + 64) (base = group bytes - 64),
- * tbl[0]: codes of each block, tbl[1]: Q5 high-bit words twice per block, tbl[2] / tbl[3]: fp16 d / m of block j repeated 4 times (words), tbl[4] / tbl[5]: bit selectors of
- * the low / high 16 values. */
-void cuca_qa_tables(int wt, uint8_t tbl[6][64]) {
-    const int bytes = QA_BYTES(wt), base = 4 * bytes - 64;
-    memset(tbl, 0, 6 * 64);
-    for (int j = 0; j < 4; j++)
-        for (int t = 0; t < 16; t++) {
-            const int i = 16 * j + t, e = bytes * j; /* block start */
-            int p = e + QA_QS(wt) + t;
-            tbl[0][i] = (uint8_t)(p < 64 ? p : 64 + p - base);
-            p = e + QA_QH(wt) + (t & 3);
-            tbl[1][i] = (uint8_t)(p < 64 ? p : 64 + p - base);
-            tbl[4][i] = (uint8_t)t;
-            tbl[5][i] = (uint8_t)(16 + t);
-        }
-    for (int j = 0; j < 4; j++)
-        for (int u = 0; u < 4; u++)
-            for (int k = 0; k < 2; k++)
-                for (int h = 0; h < 2; h++) { /* byte h of d (k = 0) or m (k = 1) of block j, for lane 4j+u */
-                    const int p = bytes * j + 2 * k + h;
-                    tbl[2 + k][2 * (4 * j + u) + h] = (uint8_t)(p < 64 ? p : 64 + p - base);
-                }
-}
-
-#if defined(CUCA_AVX512)
-static inline float hsum512(__m512 v) {
-    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    b = _mm_add_ss(b, _mm_movehdup_ps(b));
-    return _mm_cvtss_f32(b);
-}
-
-/* 64 bytes at p + off, bytes at or past `lim` read as zero (lim < 0: no limit) */
-static inline __attribute__((always_inline)) __m512i ld64(const uint8_t *p, int off, int lim) {
-    if (lim < 0) return _mm512_loadu_si512(p + off);
-    const int n = lim - off;
-    const __mmask64 m = n >= 64 ? ~(__mmask64)0 : n <= 0 ? 0 : (((__mmask64)1 << n) - 1);
-    return _mm512_maskz_loadu_epi8(m, p + off);
-}
-
-/* Unpack a group of 4 blocks g (lim: valid bytes, -1 when all 4 exist) into unsigned codes
- * lo = [values 0..15 of each block], hi = [values 16..31 of each block], and [dw_j x4], [mw_j x4]. The byte
- * gathers are two-source permutes over two 64-byte loads (tables from cuca_qa_tables). */
-static inline __attribute__((always_inline)) void qa_unpack4(const int wt, const uint8_t *g, int lim, const __m512i *t,
-                                                             __m512i *lo, __m512i *hi, __m512 *wd, __m512 *wm) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i a = ld64(g, 0, lim), b = ld64(g, 4 * QA_BYTES(wt) - 64, lim);
-    const __m512i z = _mm512_permutex2var_epi8(a, t[0], b);
-    __m512i l = _mm512_and_si512(z, m4), h = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
-    if (wt == GT_Q5_0 || wt == GT_Q5_1) { /* qword 2j and 2j+1 = the 32 high bits of block j */
-        const __m512i qh = _mm512_permutex2var_epi8(a, t[1], b), sixteen = _mm512_set1_epi8(16);
-        l = _mm512_mask_add_epi8(l, _mm512_bitshuffle_epi64_mask(qh, t[4]), l, sixteen);
-        h = _mm512_mask_add_epi8(h, _mm512_bitshuffle_epi64_mask(qh, t[5]), h, sixteen);
-    }
-    *lo = l;
-    *hi = h;
-    *wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(a, t[2], b)));
-    *wm = QA_HASMIN(wt) ? _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi8(a, t[3], b)))
-                        : _mm512_setzero_ps();
-}
-
-/* per x row: its quantized values, corrections, scales (and Q8_1 sums), hoisted out of the block loop */
-typedef struct { const int8_t *q; const int32_t *c; const float *d, *s; } qa_row;
-
-/* blocks 4*gi .. 4*gi+3; lim as in qa_unpack4 */
-static inline __attribute__((always_inline)) void qa_step(const int wt, const uint8_t *w, int64_t gi, int lim,
-                                                          const __m512i *t, const int nr, const qa_row *R,
-                                                          __m512 *acc) {
-    __m512i lo, hi;
-    __m512 wd, wm;
-    cuca_prefetch(w + gi * 4 * QA_BYTES(wt), 4 * QA_BYTES(wt));
-    qa_unpack4(wt, w + gi * 4 * QA_BYTES(wt), lim, t, &lo, &hi, &wd, &wm);
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) {
-        const int8_t *q = R[r].q + 4 * QK * gi;
-        __m512i ci = _mm512_dpbusd_epi32(_mm512_load_si512(R[r].c + 16 * gi), lo, _mm512_load_si512(q));
-        ci = _mm512_dpbusd_epi32(ci, hi, _mm512_load_si512(q + 64));
-        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(ci), _mm512_load_ps(R[r].d + 16 * gi));
-        acc[r] = _mm512_fmadd_ps(f, wd, acc[r]);
-        if (QA_HASMIN(wt)) acc[r] = _mm512_fmadd_ps(wm, _mm512_load_ps(R[r].s + 16 * gi), acc[r]);
-    }
-}
-
-static inline __attribute__((always_inline)) void qa_tile(const int wt, const uint8_t *w, const cuca_act *A,
-                                                          int64_t m0, const int nr, float *out, int64_t ldo) {
-    const int64_t nb = A->n_in / QK, ng = nb / 4;
-    const __m512i *t = (const __m512i *)A->tbl;
-    __m512 acc0[QA_T], acc1[QA_T];
-    qa_row R[QA_T];
-    int64_t gi = 0;
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) {
-        acc0[r] = acc1[r] = _mm512_setzero_ps();
-        R[r] = (qa_row){ACT_QS(A, m0 + r), ACT_C(A, m0 + r), ACT_D(A, m0 + r), ACT_S(A, m0 + r)};
-    }
-    for (; gi + 1 < ng; gi += 2) {
-        qa_step(wt, w, gi, -1, t, nr, R, acc0);
-        qa_step(wt, w, gi + 1, -1, t, nr, R, acc1);
-    }
-    if (gi < ng) qa_step(wt, w, gi++, -1, t, nr, R, acc0);
-    if (nb % 4) { /* the partial last group continues the alternation */
-        if (ng & 1)
-            qa_step(wt, w, gi, (int)(nb % 4) * QA_BYTES(wt), t, nr, R, acc1);
-        else
-            qa_step(wt, w, gi, (int)(nb % 4) * QA_BYTES(wt), t, nr, R, acc0);
-    }
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(_mm512_add_ps(acc0[r], acc1[r]));
-}
-
-#elif defined(CUCA_AVX2)
+#if defined(CUCA_AVX2)
 /* 32 high bits -> bytes holding 0x10 where the bit is set */
 static inline __m256i qa_bits16(uint32_t bits) {
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
@@ -259,7 +143,7 @@ static inline __attribute__((always_inline)) void qa_tile(const int wt, const ui
     for (int r = 0; r < nr; r++) out[r * ldo] = cuca_hsum256(acc[r]);
 }
 
-#else /* portable C */
+#elif !defined(CUCA_AVX512) /* portable C (the AVX-512 build packs every format here: matmul_p.c) */
 static inline void qa_tile(const int wt, const uint8_t *w, const cuca_act *A, int64_t m0, const int nr, float *out,
                            int64_t ldo) {
     const int64_t nb = A->n_in / QK;
@@ -297,8 +181,10 @@ QA_FN(tile_q4_0, GT_Q4_0)
 #if !defined(CUCA_AVX512) && !defined(CUCA_AVX2) /* the SIMD builds pack Q4_1 too */
 QA_FN(tile_q4_1, GT_Q4_1)
 #endif
+#if !defined(CUCA_AVX512) /* AVX-512 packs Q5_0 / Q5_1 too */
 QA_FN(tile_q5_0, GT_Q5_0)
 QA_FN(tile_q5_1, GT_Q5_1)
+#endif
 
 int cuca_tile_q(int wtype, cuca_tile_fn *fn, int *tile) {
     if (cuca_pack_rows(wtype) > 0) return cuca_tile_p(wtype, NULL, fn, tile); /* bit-equal to the packed kernel */
@@ -310,8 +196,10 @@ int cuca_tile_q(int wtype, cuca_tile_fn *fn, int *tile) {
 #if !defined(CUCA_AVX512) && !defined(CUCA_AVX2)
     case GT_Q4_1: *fn = tile_q4_1; break;
 #endif
+#if !defined(CUCA_AVX512)
     case GT_Q5_0: *fn = tile_q5_0; break;
     case GT_Q5_1: *fn = tile_q5_1; break;
+#endif
     default: return CUCA_EUNSUPPORTED;
     }
     *tile = QA_T;

@@ -52,7 +52,6 @@ enum { ACT_F32 = 0, ACT_Q8_0 = 1, ACT_Q8_1 = 2, ACT_Q8_K = 3 };
 #endif
 
 typedef struct {
-    uint8_t tbl[6][64] __attribute__((aligned(64))); /* per-call permutation tables of the AVX-512 kernels */
     int kind, wtype;
     int64_t M, n_in;
     /* ACT_F32: the caller's rows */
@@ -91,7 +90,6 @@ int cuca_quantize_q8_k_f32(const float *x, int64_t M, int64_t n_in, int8_t *q, f
 
 /* matmul_q.c: the code offset subtracted through the activation correction c (0 when the kernel does not use it) */
 int cuca_qa_offset(int wtype);
-void cuca_qa_tables(int wtype, uint8_t tbl[6][64]);
 /* matmul.c: out[M, n_out] = x[M, n_in] . W[n_out, n_in]^T for raw GGUF W */
 int cuca_matmul_gguf_f32(const void *w, int wtype, int64_t n_out, int64_t n_in, const float *x, int64_t M,
                          float *out, int n_threads);

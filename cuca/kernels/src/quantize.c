@@ -168,7 +168,6 @@ int cuca_act_init(cuca_act *A, int wtype, const float *x, int64_t M, int64_t n_i
         A->off_c = A->off_d + up64((size_t)A->nblk * QA_LANES * sizeof(float));
         A->off_s = A->off_c + up64((size_t)A->nblk * QA_LANES * sizeof(int32_t));
         row = A->off_s + (A->kind == ACT_Q8_1 ? up64((size_t)A->nblk * QA_LANES * sizeof(float)) : 0);
-        cuca_qa_tables(wtype, A->tbl);
         break;
     case GT_Q4_K: case GT_Q5_K: case GT_Q6_K:
         if (n_in % QKK) return CUCA_EINVAL;
