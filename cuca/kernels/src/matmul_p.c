@@ -26,11 +26,9 @@ __attribute__((constructor)) static void pk_pf_init(void) {
 }
 #endif
 
-/* code dwords per block (Q6_K: its 208 bytes before d: ql, qh, the 16 sub-block scales; matmul_p6.c) */
+/* code dwords per block (Q5_0 / Q5_1: qh, then the 4 code dwords; Q6_K: its 208 bytes before d: ql, qh, the 16
+ * sub-block scales; matmul_p6.c) */
 #define PK_NT(wt) ((wt) == GT_Q6_K ? 52 : (wt) == GT_Q8_0 ? 8 : (wt) == GT_Q5_0 || (wt) == GT_Q5_1 ? 5 : 4)
-/* 32-blocks: bytes, where the packed dwords start (Q5_0 / Q5_1: qh, then the 4 code dwords) and whether a min follows d */
-#define PK_BYTES(wt) ((wt) == GT_Q8_0 ? 34 : (wt) == GT_Q4_1 ? 20 : (wt) == GT_Q5_0 ? 22 : (wt) == GT_Q5_1 ? 24 : 18)
-#define PK_MIN(wt) ((wt) == GT_Q4_1 || (wt) == GT_Q5_1)
 
 int cuca_pack_rows(int wtype) {
 #if defined(CUCA_AVX2)
@@ -39,25 +37,25 @@ int cuca_pack_rows(int wtype) {
     if (wtype == GT_F16 || wtype == GT_BF16) return PF_R; /* matmul_pf.c */
 #elif defined(CUCA_AVX512)
     if (wtype == GT_Q6_K) return 1; /* rows in place, codes reordered (matmul_k.c) */
-    /* Q4_1 (SmolLM2): the QA tile cost 1.7-1.8x its M = 1 time at M = 4; packed 1.33-1.37x, M = 1 0.94x */
-    if (wtype == GT_Q4_1) return PK_R;
-    /* Q5_0 / Q5_1 (Gemma 3 270M's FFN): the 5th bits picked per byte by vpmultishiftqb (VBMI) */
-    if (wtype == GT_Q5_0 || wtype == GT_Q5_1) return PK_R;
+    /* every 32-block format: Q4_1 (SmolLM2) and Q5_0 / Q5_1 (Gemma 3 270M's FFN; the 5th bits set by vpmultishiftqb,
+     * VBMI) too. SmolLM2's whole M = 4 pass took 1.70-1.85x its M = 1 time with the unpacked Q4_1 kernel, packed
+     * 1.33-1.51x (2 threads) */
+    if (wtype == GT_Q4_1 || wtype == GT_Q5_0 || wtype == GT_Q5_1) return PK_R;
 #endif
     return wtype == GT_Q4_0 || wtype == GT_Q8_0 ? PK_R : 0;
 }
 
 int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *dst) {
-    const int R = cuca_pack_rows(wtype), k6 = wtype == GT_Q6_K, q41 = PK_MIN(wtype);
+    const int R = cuca_pack_rows(wtype), k6 = wtype == GT_Q6_K, hm = Q32_HASMIN(wtype);
     if (R == 0) return CUCA_EUNSUPPORTED;
     if (wtype == GT_Q4_K) return cuca_p4k_pack(w, n_out, n_in, dst); /* its own superblock layout */
 #if defined(CUCA_AVX512)
     if (wtype == GT_Q6_K) return cuca_k6_pack(w, n_out, n_in, dst);
 #endif
     if (wtype == GT_F16 || wtype == GT_BF16) return cuca_pf_pack(w, n_out, n_in, dst);
-    const int bs = k6 ? QKK : QK, bytes = k6 ? 210 : PK_BYTES(wtype), nt = PK_NT(wtype);
+    const int bs = k6 ? QKK : QK, bytes = k6 ? 210 : Q32_BYTES(wtype), nt = PK_NT(wtype);
     /* where a block's fp16 scale (Q4_1 / Q5_1: then its min) and its code dwords are */
-    const int doff = k6 ? 208 : 0, coff = k6 ? 0 : q41 ? 4 : 2;
+    const int doff = k6 ? 208 : 0, coff = k6 ? 0 : hm ? 4 : 2;
     if (n_out <= 0 || n_in <= 0 || n_in % bs) return CUCA_EINVAL;
     const int64_t nb = n_in / bs, ng = n_out / R;
     const size_t rb = (size_t)nb * bytes, gb = rb * R;
@@ -67,7 +65,7 @@ int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *
     for (int64_t g = 0; g < ng; g++)
         for (int64_t b = 0; b < nb; b++) {
             size_t co, so;
-            pk_where(R, nb, b, (size_t)R * 4 * nt, q41 ? 4 : 2, &co, &so);
+            pk_where(R, nb, b, (size_t)R * 4 * nt, hm ? 4 : 2, &co, &so);
             uint8_t *codes = out + g * gb + co, *scales = out + g * gb + so;
             for (int r = 0; r < R; r++) {
                 const uint8_t *blk = src + (size_t)(g * R + r) * rb + b * bytes;
@@ -75,7 +73,7 @@ int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *
                 if (k6) cuca_p6_codes(blk, enc);
                 const uint8_t *cs = k6 ? enc : blk + coff;
                 memcpy(scales + 2 * r, blk + doff, 2);
-                if (q41) memcpy(scales + 2 * R + 2 * r, blk + 2, 2);
+                if (hm) memcpy(scales + 2 * R + 2 * r, blk + 2, 2);
                 for (int t = 0; t < nt; t++)
                     for (int k = 0; k < 4; k++) codes[(t * R + r) * 4 + k] = (uint8_t)(cs[4 * t + k] ^ flip);
             }
@@ -120,7 +118,7 @@ static inline __attribute__((always_inline)) __m512i pk_q5_sel(int t) {
 static inline __attribute__((always_inline)) void pk_group(const int wt, const uint8_t *g, int64_t nb,
                                                            const cuca_act *A, int64_t m0, const int nr, float *out,
                                                            int64_t ldo, int nv, const size_t rb) {
-    const int hm = PK_MIN(wt), q5 = wt == GT_Q5_0 || wt == GT_Q5_1, nt = PK_NT(wt), bytes = PK_BYTES(wt);
+    const int hm = Q32_HASMIN(wt), q5 = wt == GT_Q5_0 || wt == GT_Q5_1, nt = PK_NT(wt), bytes = Q32_BYTES(wt);
     const int coff = 2 + 2 * hm + 4 * q5; /* the codes after d (+ m) (+ qh) */
     const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
     const __mmask16 mk = (__mmask16)(nv >= 16 ? 0xFFFF : (1u << nv) - 1);
@@ -142,7 +140,7 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
         size_t co = (size_t)b * bytes, so = 0;
         if (!rb) pk_where(16, nb, b, 64 * (size_t)nt, hm ? 4 : 2, &co, &so);
         const uint8_t *cb = g + co;
-        __m512i u[8], v[9]; /* v: the code dwords (Q5: v[0] qh, codes from v[1]) */
+        __m512i u[8], v[8]; /* v: the code dwords (Q5: v[0] qh, codes from v[1]) */
         __m512 dw, mw = _mm512_setzero_ps();
         if (rb) { /* raw rows: the same vectors gathered (row i at cb + i * rb) */
             if ((co & 63) < (size_t)bytes) /* this block starts a new line of each row */
@@ -309,7 +307,7 @@ static inline __attribute__((always_inline)) void pk_record(const int wt, const 
 static inline __attribute__((always_inline)) void pk_group(const int wt, const uint8_t *g, int64_t nb,
                                                            const cuca_act *A, int64_t m0, const int nr, float *out,
                                                            int64_t ldo, int nv, const size_t rb) {
-    const int q41 = wt == GT_Q4_1, q8 = wt == GT_Q8_0, bytes = q8 ? 34 : q41 ? 20 : 18, coff = q41 ? 4 : 2;
+    const int q41 = wt == GT_Q4_1, q8 = wt == GT_Q8_0, bytes = Q32_BYTES(wt), coff = q41 ? 4 : 2;
     pk_tile8 T;
     pk_tile_init(&T, A, m0, nr, q41);
     if (!rb) {

@@ -15,9 +15,7 @@
  * identical results: the AVX2 kernels here serve Q5_0 and Q5_1, the portable ones every format. */
 #include "qmatmul.h"
 
-#if defined(CUCA_AVX512)
-#define QA_T 8
-#elif defined(CUCA_AVX2)
+#if defined(CUCA_AVX2)
 #define QA_T 8
 #else
 #define QA_T 4
@@ -34,9 +32,7 @@ int cuca_qa_offset(int wtype) {
 #endif
 }
 
-/* block bytes; offsets of the 32 high bits and of the codes */
-#define QA_BYTES(wt) ((wt) == GT_Q8_0 ? 34 : (wt) == GT_Q4_0 ? 18 : (wt) == GT_Q4_1 ? 20 : (wt) == GT_Q5_0 ? 22 : 24)
-#define QA_HASMIN(wt) ((wt) == GT_Q4_1 || (wt) == GT_Q5_1)
+/* offsets of the 32 high bits and of the codes in a block */
 #define QA_QH(wt) ((wt) == GT_Q5_0 ? 2 : 4)
 #define QA_QS(wt) ((wt) == GT_Q8_0 ? 2 : (wt) == GT_Q4_0 ? 2 : (wt) == GT_Q4_1 ? 4 : (wt) == GT_Q5_0 ? 6 : 8)
 
@@ -55,7 +51,7 @@ static inline __m256i qa_bits16(uint32_t bits) {
 static inline __attribute__((always_inline)) __m256 qa_half4(const int wt, const uint8_t *g, int nv, int off) {
     uint32_t h[4] = {0, 0, 0, 0};
     for (int j = 0; j < 4; j++)
-        if (j < nv) h[j] = cuca_ld16(g + j * QA_BYTES(wt) + off);
+        if (j < nv) h[j] = cuca_ld16(g + j * Q32_BYTES(wt) + off);
     const __m128 f = _mm_cvtph_ps(_mm_setr_epi32((int)(h[0] | h[1] << 16), (int)(h[2] | h[3] << 16), 0, 0));
     return _mm256_set_m128(f, f);
 }
@@ -64,9 +60,9 @@ static inline __attribute__((always_inline)) __m256 qa_half4(const int wt, const
  * once per weight row and group, for every x row of the tile. */
 static inline __attribute__((always_inline)) void qa_unpack4(const int wt, const uint8_t *g, int nv, __m256i *u,
                                                              __m256 *wd, __m256 *wm) {
-    cuca_prefetch(g, 4 * QA_BYTES(wt));
+    cuca_prefetch(g, 4 * Q32_BYTES(wt));
     for (int j = 0; j < 4; j++) {
-        const uint8_t *blk = g + j * QA_BYTES(wt);
+        const uint8_t *blk = g + j * Q32_BYTES(wt);
         if (j >= nv) {
             u[j] = _mm256_setzero_si256();
         } else {
@@ -76,7 +72,7 @@ static inline __attribute__((always_inline)) void qa_unpack4(const int wt, const
         }
     }
     *wd = qa_half4(wt, g, nv, 0);
-    *wm = QA_HASMIN(wt) ? qa_half4(wt, g, nv, 2) : _mm256_setzero_ps();
+    *wm = Q32_HASMIN(wt) ? qa_half4(wt, g, nv, 2) : _mm256_setzero_ps();
 }
 
 /* qa_unpack4 for a whole group (the same vectors, fewer instructions: at M = 1 the unpacking was the kernel's
@@ -84,19 +80,19 @@ static inline __attribute__((always_inline)) void qa_unpack4(const int wt, const
  * (d, then m or the next bytes) converted for all 4 blocks at once, [d0 m0 d1 m1 ..], then spread to the lanes */
 static inline __attribute__((always_inline)) void qa_unpack4_full(const int wt, const uint8_t *g, __m256i *u,
                                                                   __m256 *wd, __m256 *wm) {
-    cuca_prefetch(g, 4 * QA_BYTES(wt));
+    cuca_prefetch(g, 4 * Q32_BYTES(wt));
     const __m256i m4 = _mm256_set1_epi8(0x0F), sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
     for (int j = 0; j < 4; j++) {
-        const uint8_t *blk = g + j * QA_BYTES(wt);
+        const uint8_t *blk = g + j * Q32_BYTES(wt);
         const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + QA_QS(wt))));
         u[j] = _mm256_and_si256(_mm256_srlv_epi32(q, sh), m4);
         if (wt == GT_Q5_0 || wt == GT_Q5_1) u[j] = _mm256_or_si256(u[j], qa_bits16(cuca_ld32(blk + QA_QH(wt))));
     }
-    const int B = QA_BYTES(wt);
+    const int B = Q32_BYTES(wt);
     const __m256 f = _mm256_cvtph_ps(_mm_setr_epi32((int)cuca_ld32(g), (int)cuca_ld32(g + B), (int)cuca_ld32(g + 2 * B),
                                                     (int)cuca_ld32(g + 3 * B)));
     *wd = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
-    *wm = QA_HASMIN(wt) ? _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7)) : _mm256_setzero_ps();
+    *wm = Q32_HASMIN(wt) ? _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7)) : _mm256_setzero_ps();
 }
 
 /* One group for nr x rows: per block the exact pair sums (maddubs, madd), two horizontal adds leave lane j and
@@ -115,11 +111,11 @@ static inline __attribute__((always_inline)) void qa_group(const int wt, const _
          * and integer sums are exact in any order (the same lanes as widening each block first) */
         __m256i ci = _mm256_madd_epi16(
             _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3])), ones);
-        if (!QA_HASMIN(wt)) /* the code offset's correction (Q4_1 / Q5_1 codes have none: c = 0) */
+        if (!Q32_HASMIN(wt)) /* the code offset's correction (Q4_1 / Q5_1 codes have none: c = 0) */
             ci = _mm256_add_epi32(ci, _mm256_load_si256((const __m256i *)(ACT_C(A, m0 + r) + 8 * g)));
         const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(ci), _mm256_load_ps(ACT_D(A, m0 + r) + 8 * g));
         acc[r] = _mm256_fmadd_ps(f, wd, acc[r]);
-        if (QA_HASMIN(wt)) acc[r] = _mm256_fmadd_ps(wm, _mm256_load_ps(ACT_S(A, m0 + r) + 8 * g), acc[r]);
+        if (Q32_HASMIN(wt)) acc[r] = _mm256_fmadd_ps(wm, _mm256_load_ps(ACT_S(A, m0 + r) + 8 * g), acc[r]);
     }
 }
 
@@ -134,9 +130,9 @@ static inline __attribute__((always_inline)) void qa_tile(const int wt, const ui
         __m256 wd, wm;
         const int nv = nb - 4 * g < 4 ? (int)(nb - 4 * g) : 4;
         if (nv == 4) /* the whole group: no per-block checks */
-            qa_unpack4_full(wt, w + g * 4 * QA_BYTES(wt), u, &wd, &wm);
+            qa_unpack4_full(wt, w + g * 4 * Q32_BYTES(wt), u, &wd, &wm);
         else
-            qa_unpack4(wt, w + g * 4 * QA_BYTES(wt), nv, u, &wd, &wm);
+            qa_unpack4(wt, w + g * 4 * Q32_BYTES(wt), nv, u, &wd, &wm);
         qa_group(wt, u, wd, wm, g, nr, A, m0, acc);
     }
     #pragma GCC unroll 17
@@ -150,8 +146,8 @@ static inline void qa_tile(const int wt, const uint8_t *w, const cuca_act *A, in
     float acc[QA_T] = {0};
     int32_t code[QK];
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = w + b * QA_BYTES(wt);
-        const float dw = cuca_h2f(cuca_ld16(blk)), mw = QA_HASMIN(wt) ? cuca_h2f(cuca_ld16(blk + 2)) : 0.0f;
+        const uint8_t *blk = w + b * Q32_BYTES(wt);
+        const float dw = cuca_h2f(cuca_ld16(blk)), mw = Q32_HASMIN(wt) ? cuca_h2f(cuca_ld16(blk + 2)) : 0.0f;
         cuca_codes_q(wt, blk, code);
         #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
@@ -159,7 +155,7 @@ static inline void qa_tile(const int wt, const uint8_t *w, const cuca_act *A, in
             int32_t sumi = 0;
             for (int j = 0; j < QK; j++) sumi += code[j] * a[j];
             acc[r] += (dw * ACT_D(A, m0 + r)[QA_LANES * b]) * (float)sumi;
-            if (QA_HASMIN(wt)) acc[r] += mw * ACT_S(A, m0 + r)[QA_LANES * b];
+            if (Q32_HASMIN(wt)) acc[r] += mw * ACT_S(A, m0 + r)[QA_LANES * b];
         }
     }
     #pragma GCC unroll 8
@@ -167,9 +163,7 @@ static inline void qa_tile(const int wt, const uint8_t *w, const cuca_act *A, in
 }
 #endif
 
-#if QA_T == 17
-#define QA_FN(name, wt) CUCA_TILE_FN(name, qa_tile, wt, 17)
-#elif QA_T == 8
+#if QA_T == 8
 #define QA_FN(name, wt) CUCA_TILE_FN(name, qa_tile, wt, 8)
 #else
 #define QA_FN(name, wt) CUCA_TILE_FN(name, qa_tile, wt, 4)

@@ -34,11 +34,14 @@ enum { ACT_F32 = 0, ACT_Q8_0 = 1, ACT_Q8_1 = 2, ACT_Q8_K = 3 };
 
 #define QK 32
 #define QKK 256
+/* 32-blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1): bytes per block; whether a min m follows the scale d */
+#define Q32_BYTES(wt) ((wt) == GT_Q8_0 ? 34 : (wt) == GT_Q4_0 ? 18 : (wt) == GT_Q4_1 ? 20 : (wt) == GT_Q5_0 ? 22 : 24)
+#define Q32_HASMIN(wt) ((wt) == GT_Q4_1 || (wt) == GT_Q5_1)
 #define CUCA_ALIGN 64
 
 /* 32-block activations: QA_LANES float/int lanes of d, c, s per block; blocks padded to a multiple of
  * QA_GROUP. With AVX-512 each group of 4 blocks stores its values as [first 16 of each block | last 16 of each
- * block] (the order the weight unpacking produces). With AVX2 a group of 4 blocks has one 8-lane vector each of
+ * block] (the order pk_aq in matmul_p.c reads). With AVX2 a group of 4 blocks has one 8-lane vector each of
  * d, c, s: lane j and j + 4 for block j (the lanes its folded sums land in; c and s only in lane j). */
 #if defined(CUCA_AVX512)
 #define QA_LANES 4
