@@ -156,7 +156,7 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
                 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
                     _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, cb + 2, 1)));
         } else {
-            if (nr > 1) /* packed.h: a 1-row pass leaves the stream to the hardware prefetchers */
+            if (nr > 2) /* packed.h: 1- and 2-row passes leave the stream to the hardware prefetchers */
                 for (int o = 0; o <= 64 * nt; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T1);
             for (int t = 0; t < nt; t++) v[t] = _mm512_loadu_si512(cb + 64 * t);
             dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + so)));
