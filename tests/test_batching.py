@@ -153,8 +153,10 @@ def test_server_runs_parallel_slots_then_queues(tmp_path: Path) -> None:
     from serving import serving
 
     tiny = write_tiny(tmp_path / "tiny.gguf", arch="gemma3")
-    with serving(tiny, "--parallel", "2", "--max-queue", "0") as u:
-        body = {"model": "tiny", "prompt": "hello", "max_tokens": 200, "temperature": 0, "stream": True}
+    # long replies, so that the two streams still hold their slots when the third request lands however loaded the
+    # machine is (200 tokens of the tiny model could end first: a flaky 200 for the third)
+    with serving(tiny, "--parallel", "2", "--max-queue", "0", "--context-length", "4096", "--allow-long-context") as u:
+        body = {"model": "tiny", "prompt": "hello", "max_tokens": 4000, "temperature": 0, "stream": True}
 
         async def three() -> tuple[int, int, int]:
             async with httpx.AsyncClient(base_url=u, timeout=60) as c:
