@@ -113,8 +113,8 @@ def test_cli_json_structure(pair: tuple[Path, Path], capsys: pytest.CaptureFixtu
     res = json.loads(capsys.readouterr().out)
     assert set(res["categories"]) == {"code", "list", "prose"}
     for c in res["categories"].values():
-        assert {"plain_tps", "spec_tps", "speedup", "acceptance_rate", "tokens_per_round"} <= set(c)
-        assert c["plain_tps"] > 0 and c["spec_tps"] > 0
+        assert {"plain_tps", "spec_tps", "speedup", "speedup_paired", "acceptance_rate", "tokens_per_round"} <= set(c)
+        assert c["plain_tps"] > 0 and c["spec_tps"] > 0 and c["speedup_paired"] > 0
     assert res["exact"] is True
     assert res["controlled_probability"] == pytest.approx(B.published_probability("gemma4"))
     assert [p["probability"] for p in res["curve"]["points"]][::2] == [0.0, 1.0]

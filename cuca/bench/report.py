@@ -186,13 +186,15 @@ def format_report(res: dict[str, Any]) -> str:
         lines.append(f"controlled acceptance: P = {res['controlled_probability']:.3f} per draft")
     if res.get("acceptance_shape"):
         lines.append(res["acceptance_shape"])
-    lines.append(f"{'category':8s} {'plain tok/s':>20s} {'spec tok/s':>20s} {'speedup':>8s} {'accept':>7s} "
-                 f"{'tok/round':>9s} {'rounds per length k=0..':>24s} {'llama spec':>10s} {'llama x':>8s}")
+    lines.append(f"{'category':8s} {'plain tok/s':>20s} {'spec tok/s':>20s} {'speedup':>8s} {'paired':>7s} "
+                 f"{'accept':>7s} {'tok/round':>9s} {'rounds per length k=0..':>24s} {'llama spec':>10s} "
+                 f"{'llama x':>8s}")
     for cat, c in res.get("categories", {}).items():
         pr, sr = c.get("plain_tps_range") or [0, 0], c.get("spec_tps_range") or [0, 0]
         pl = f"{_f(c.get('plain_tps'), '{:.1f}')} ({pr[0]:.1f}-{pr[1]:.1f})"
         sp = f"{_f(c.get('spec_tps'), '{:.1f}')} ({sr[0]:.1f}-{sr[1]:.1f})" if c.get("spec_tps") is not None else "-"
         lines.append(f"{cat:8s} {pl:>20s} {sp:>20s} {_f(c.get('speedup'), '{:.2f}x'):>8s} "
+                     f"{_f(c.get('speedup_paired'), '{:.2f}x'):>7s} "
                      f"{_f(c.get('acceptance_rate'), '{:.0%}'):>7s} {_f(c.get('tokens_per_round')):>9s} "
                      f"{str(c.get('rounds_per_depth', '-')):>24s} {_f(c.get('llama_spec_tps')):>10s} "
                      f"{_f(c.get('llama_speedup'), '{:.2f}x'):>8s}")
