@@ -267,3 +267,27 @@ def test_peer_finds_pinned_builds_and_reports_their_own_pin(tmp_path: Path, monk
     custom = build(tmp_path / "mine", None)
     monkeypatch.setenv("CUCA_LLAMA_BIN", str(custom))
     assert B.peer_bin() == custom and B.Peer(custom, 1).info()["pin"].startswith("unknown build")
+
+
+def test_categories_paired_speedup_is_the_median_of_per_request_ratios() -> None:
+    """`speedup_paired` pairs each speculative request with the plain run just before it; `speedup` divides the
+    medians. A machine that speeds up between prompts moves the two apart: 2.0x and 1.1x per pair give a paired
+    1.55x, the medians 65 / 55 = 1.18x."""
+    class Timed:
+        def __init__(self) -> None:
+            self.plain_tps, self.spec_tps = iter([10.0, 100.0]), iter([20.0, 110.0])
+
+        def encode(self, text: str) -> list[int]:
+            return [1, 2, 3]
+
+        def plain(self, ids: list[int], max_tokens: int) -> B.Run:
+            return B.Run(next(self.plain_tps), [7])
+
+        def spec(self, ids: list[int], max_tokens: int, governor: object, control: object = None) -> B.Run:
+            return B.Run(next(self.spec_tps), [7])
+
+    res = B.run_categories(Timed(), {"code": ["a", "b"]}, B.Workload(max_tokens=4),  # type: ignore[arg-type]
+                           governed=False)
+    c = res["categories"]["code"]
+    assert c["speedup_paired"] == pytest.approx(1.55) and c["speedup"] == pytest.approx(65 / 55, abs=1e-3)
+    assert res["exact"] is True

@@ -244,14 +244,14 @@ static int mm_quantize_all(mm_job *J, int wtype, int nt) {
     return CUCA_OK;
 }
 
-/* claims of about 256 KiB of weights (at least 4 per thread): each thread streams long runs. 64 KiB claims (the
- * threads taking turns every few microseconds) cost 1.06-1.19x the time of whole E2B / Qwen 3.5 decode steps and
- * 1.16x E2B M = 4 passes (AVX-512, 2 threads, interleaved in one process, same tokens; 1 MiB on par with 256 KiB) */
+/* Items per claim. A matrix of 1 MiB or more: claims of about 256 KiB of weights (at least 4 per thread), so each
+ * thread streams long runs and a thread on a busy core holds up little; 64 KiB claims (the threads taking turns
+ * every few microseconds) cost 1.06-1.19x the time of whole E2B / Qwen 3.5 decode steps and 1.16x E2B M = 4 passes
+ * (AVX-512, 2 threads, interleaved in one process, same tokens; 1 MiB on par with 256 KiB). A smaller one: one
+ * claim per thread, as each claim starts a stream the prefetchers must pick up again (SmolLM2 decode, every matrix
+ * under 0.6 MB, 1.166x the speed of 8 claims; Qwen 3.5 1.024x, Gemma 3 1.009x; AVX-512, 2 threads, builds swapped
+ * in one process, 8-12 pairs); a thread descheduled mid-claim holds up so short a pass either way. */
 static int64_t mm_chunk(size_t item_bytes, int64_t items, int nt) {
-    /* under 1 MiB in all, one claim per thread: each claim starts a stream that the prefetchers must pick up again,
-     * and 8 claims of a small matrix paid that 4 times a thread (SmolLM2 decode, all under 0.6 MB: 1.166x the
-     * speed; Qwen 3.5 1.024x, Gemma 3 1.009x; AVX-512, 2 threads, builds swapped in one process, 8-12 pairs). A
-     * thread descheduled mid-claim holds up a small pass either way. */
     if ((double)item_bytes * (double)items < 1048576.0) return (items + nt - 1) / nt;
     int64_t chunk = (int64_t)(262144 / (item_bytes + 1));
     if (chunk < 1) chunk = 1;
