@@ -4,6 +4,7 @@ Qwen3-8B (Q4_0 with a Q6_K head, as llama-quantize writes a Q4_0 file) and Qwen3
 generated and written one at a time (the 8B file is ~4.7 GB; memory stays at one tensor).
 
     python tools/synth_dense.py [--folder ~/.cache/cuca-synth-dense]      # writes both once, prints their paths
+    python tools/synth_dense.py --smoke FILE    # a tiny Q8_0 file (46 MB): the peer build's AMX smoke test
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class DenseShape:
 
 QWEN3_8B = DenseShape(151936, 4096, 36, 32, 8, 128, 12288, tied=False)
 QWEN3_0_6B = DenseShape(151936, 1024, 28, 16, 8, 128, 3072, tied=True)
+SMOKE = DenseShape(151936, 256, 1, 4, 2, 64, 512, tied=True)  # one small layer: enough for llama.cpp to load and run
 
 
 def random_blocks(rng: np.random.Generator, qtype: int, n_out: int, n_in: int) -> np.ndarray:
@@ -118,5 +120,10 @@ def pair_files(folder: Path) -> tuple[Path, Path]:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--folder", type=Path, default=Path("~/.cache/cuca-synth-dense").expanduser())
-    for p in pair_files(ap.parse_args().folder):
-        print(p)
+    ap.add_argument("--smoke", type=Path, default=None, help="write only the tiny Q8_0 smoke-test file here")
+    a = ap.parse_args()
+    if a.smoke is not None:
+        print(write(a.smoke, SMOKE, Q.Q8_0, Q.Q8_0))
+    else:
+        for p in pair_files(a.folder):
+            print(p)

@@ -36,18 +36,46 @@ if [ ! -d "$ROOT/vendor/llama.cpp" ]; then
     tar -xzf "$CACHE/llama_cpp_python-$PIN.tar.gz" -C "$CACHE"
     mv "$CACHE/llama_cpp_python-$PIN" "$ROOT"
 fi
-# AMX tiles only where this kernel enables them (an AMX build dies with SIGILL otherwise)
+# AMX tiles only where this kernel enables them and the build then runs: the pinned llama.cpp's AMX path can die
+# with SIGILL on its first tile instruction even so (its tile config is dropped by the compiler; seen with GCC 12 on
+# a Sapphire Rapids VM), so an AMX build must pass a smoke test (an 8-row pass on a tiny Q8_0 file), else it is
+# rebuilt without AMX and BUILD-INFO says why
 AMX=OFF
 if [ "$ISA" = native ] && grep -qw amx_tile /proc/cpuinfo; then AMX=ON; fi
-cmake -S "$ROOT/vendor/llama.cpp" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "${FLAGS[@]}" \
-    -DGGML_CPU_REPACK=ON -DGGML_AMX_TILE=$AMX -DGGML_AMX_INT8=$AMX -DGGML_AMX_BF16=$AMX -DGGML_OPENMP=ON \
-    -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >&2
-cmake --build "$BUILD" -j "$(nproc)" --target "${TARGETS[@]}" >&2
+configure_and_build() {
+    # GGML_NATIVE compiles with -march=native, which turns AMX on whatever GGML_AMX_* say: AMX off takes -mno-amx-*
+    local cflags=""
+    if [ "$AMX" = OFF ] && grep -qw amx_tile /proc/cpuinfo; then cflags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"; fi
+    cmake -S "$ROOT/vendor/llama.cpp" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "${FLAGS[@]}" \
+        -DCMAKE_C_FLAGS="$cflags" -DCMAKE_CXX_FLAGS="$cflags" \
+        -DGGML_CPU_REPACK=ON -DGGML_AMX_TILE=$AMX -DGGML_AMX_INT8=$AMX -DGGML_AMX_BF16=$AMX -DGGML_OPENMP=ON \
+        -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >&2
+    cmake --build "$BUILD" -j "$(nproc)" --target "${TARGETS[@]}" >&2
+}
+configure_and_build
 have_all
+AMX_NOTE=""
+if [ "$AMX" = ON ]; then
+    SMOKE="$BUILD/amx-smoke.gguf"
+    HERE="$(cd "$(dirname "$0")" && pwd)"
+    if ! python3 "$HERE/../../tools/synth_dense.py" --smoke "$SMOKE" >&2; then
+        AMX_NOTE=" (the AMX smoke file could not be written: python3 needs numpy and gguf)"
+    elif "$BIN/llama-bench" -m "$SMOKE" -t 2 -p 8 -n 0 -r 1 >/dev/null 2>&1; then
+        AMX_NOTE=" (passed the smoke test: an 8-row pass on a tiny Q8_0 file)"
+    else
+        AMX_NOTE=" (the AMX build died on the smoke test, an 8-row pass on a tiny Q8_0 file)"
+    fi
+    if [ "$AMX_NOTE" != " (passed the smoke test: an 8-row pass on a tiny Q8_0 file)" ]; then
+        echo "build_llamacpp.sh: AMX off$AMX_NOTE; rebuilding without it" >&2
+        AMX=OFF
+        configure_and_build
+        have_all
+    fi
+fi
 {
     echo "llama-cpp-python $PIN"
     "$BIN/llama-bench" --version 2>&1 | head -n 2
-    echo "ISA=$ISA ${FLAGS[*]} GGML_CPU_REPACK=ON AMX=$AMX"
+    echo "ISA=$ISA ${FLAGS[*]} GGML_CPU_REPACK=ON AMX=$AMX$AMX_NOTE"
 } > "$INFO"
 echo "$BIN"
