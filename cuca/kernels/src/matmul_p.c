@@ -24,6 +24,13 @@ __attribute__((constructor)) static void pk_pf_init(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) cuca_pk_pf = 8192;
 }
+#elif defined(CUCA_AVX512)
+/* the fewest x rows at which the 32-block kernel prefetches, by the CPU (packed.h says why), set once at load */
+static int pk_pf_rows = 1;
+__attribute__((constructor)) static void pk_pf_init(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_is("amd")) pk_pf_rows = 3;
+}
 #endif
 
 /* code dwords per block (Q5_0 / Q5_1: qh, then the 4 code dwords; Q6_K: its 208 bytes before d: ql, qh, the 16
@@ -156,7 +163,7 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
                 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
                     _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, cb + 2, 1)));
         } else {
-            if (nr > 2) /* packed.h: 1- and 2-row passes leave the stream to the hardware prefetchers */
+            if (nr >= pk_pf_rows) /* packed.h: on AMD, 1- and 2-row passes leave the stream to the hardware */
                 for (int o = 0; o <= 64 * nt; o += 64) _mm_prefetch((const char *)cb + PK_PF + o, _MM_HINT_T1);
             for (int t = 0; t < nt; t++) v[t] = _mm512_loadu_si512(cb + 64 * t);
             dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + so)));

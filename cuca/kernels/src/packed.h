@@ -12,13 +12,14 @@
  * the speed on the Gemma 4 E2B file, 1.04x Qwen 3.5 0.8B (cuca vs cuca, one process, interleaved). The AVX2 build on
  * a CPU that has AVX-512 (Zen 4) takes 8 KiB, chosen at load (cuca_pk_pf): 0.88x the time of 2 KiB on Q4_0
  * 12288x1536, whole decode 1.21x the speed on E2B and 1.36x on Qwen 3.5 (same method). Raw rows (R streams at once)
- * are prefetched CUCA_PREFETCH ahead. The AVX-512 32-block kernel (matmul_p.c) prefetches only when it reads 3 or
- * more x rows: at 1-2 rows its few instructions per line keep enough loads in flight, and the prefetches only take
- * miss buffers (M = 1: Q4_0 12288x1536 1 thread 19.0 -> 27.2 GB/s, 2 threads 37.7 -> 42.0 at 6144x1536; Q8_0
+ * are prefetched CUCA_PREFETCH ahead. On AMD the AVX-512 32-block kernel (matmul_p.c) prefetches only when it reads
+ * 3 or more x rows: at 1-2 rows (Zen 4) its few instructions per line keep enough loads in flight, and the prefetches
+ * only take miss buffers (M = 1: Q4_0 12288x1536 1 thread 19.0 -> 27.2 GB/s, 2 threads 37.7 -> 42.0 at 6144x1536; Q8_0
  * 3584x1024 2 threads 32.3 -> 40.2; M = 2: Q4_0 1 thread 25.2 -> 27.9, Q8_0 2 threads 23.4 -> 25.2; cold,
  * interleaved with a read probe). At 4 rows it needs them (Q4_0, 1 thread: 13.7 GB/s without, 19.1 with), as do
  * the heavier AVX2 and Q6_K kernels at 1 row (AVX2 Q4_0 1 thread 22.4 with, 18.9 without; AVX-512 Q6_K 20.5 with,
- * 16.5 without). */
+ * 16.5 without). Intel (Sapphire Rapids) needs them at every row count: M = 1, 2 threads, cold, Q4_0 17-18 -> 27
+ * GB/s, Q8_0 24-25 -> 30, whole decode 1.3-1.45x the speed on Gemma 4 E2B and 1.25-1.4x on Qwen 3.5 0.8B. */
 #if defined(CUCA_AVX512)
 #define PK_PF 8192
 #elif defined(CUCA_AVX2)
