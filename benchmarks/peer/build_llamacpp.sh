@@ -61,16 +61,16 @@ if [ "$AMX" = ON ]; then
     HERE="$(cd "$(dirname "$0")" && pwd)"
     if ! python3 "$HERE/../../tools/synth_dense.py" --smoke "$SMOKE" >&2; then
         AMX_NOTE=" (the AMX smoke file could not be written: python3 needs numpy and gguf)"
-    elif "$BIN/llama-bench" -m "$SMOKE" -t 2 -p 8 -n 0 -r 1 >/dev/null 2>&1; then
-        AMX_NOTE=" (passed the smoke test: an 8-row pass on a tiny Q8_0 file)"
-    else
+    elif ! "$BIN/llama-bench" -m "$SMOKE" -t 2 -p 8 -n 0 -r 1 >/dev/null 2>&1; then
         AMX_NOTE=" (the AMX build died on the smoke test, an 8-row pass on a tiny Q8_0 file)"
     fi
-    if [ "$AMX_NOTE" != " (passed the smoke test: an 8-row pass on a tiny Q8_0 file)" ]; then
+    if [ -n "$AMX_NOTE" ]; then
         echo "build_llamacpp.sh: AMX off$AMX_NOTE; rebuilding without it" >&2
         AMX=OFF
         configure_and_build
         have_all
+    else
+        AMX_NOTE=" (passed the smoke test: an 8-row pass on a tiny Q8_0 file)"
     fi
 fi
 {

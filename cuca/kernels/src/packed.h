@@ -19,7 +19,8 @@
  * interleaved with a read probe). At 4 rows it needs them (Q4_0, 1 thread: 13.7 GB/s without, 19.1 with), as do
  * the heavier AVX2 and Q6_K kernels at 1 row (AVX2 Q4_0 1 thread 22.4 with, 18.9 without; AVX-512 Q6_K 20.5 with,
  * 16.5 without). Intel (Sapphire Rapids) needs them at every row count: M = 1, 2 threads, cold, Q4_0 17-18 -> 27
- * GB/s, Q8_0 24-25 -> 30, whole decode 1.3-1.45x the speed on Gemma 4 E2B and 1.25-1.4x on Qwen 3.5 0.8B. */
+ * GB/s, Q8_0 24-25 -> 30; whole decode 1.26-1.46x the speed on Gemma 4 E2B and 1.14-1.39x on Qwen 3.5 0.8B (2
+ * threads, 3 interleaved process pairs, cuca vs cuca). */
 #if defined(CUCA_AVX512)
 #define PK_PF 8192
 #elif defined(CUCA_AVX2)
