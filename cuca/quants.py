@@ -208,3 +208,12 @@ def quantize_q8_0(x: np.ndarray, chunk_rows: int = 4096) -> np.ndarray:
         out[r0 : r0 + chunk_rows, :, 0:2] = d.view(np.uint8).reshape(*d.shape, 2)
         out[r0 : r0 + chunk_rows, :, 2:] = q.view(np.uint8)
     return out.reshape(n_out, -1)
+
+
+def quantize_q4_0(x: np.ndarray) -> np.ndarray:
+    """float32 (n_out, n_in) -> Q4_0 blocks (n_out, n_in / 32 * 18) uint8, by the gguf package's reference quantizer
+    (ggml's rounding: d = max / -8 of the block's largest-magnitude value). For a drafter's coarse head copy."""
+    from gguf import quants
+
+    row_bytes(Q4_0, x.shape[1])
+    return np.asarray(quants.quantize(np.ascontiguousarray(x, np.float32), _T.Q4_0), np.uint8)

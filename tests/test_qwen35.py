@@ -18,11 +18,13 @@ from cuca.engine import Engine, Generation  # noqa: E402
 from cuca.errors import ConfigError, GGUFError, ProviderError  # noqa: E402
 from cuca.gguf import open_gguf  # noqa: E402
 from cuca.kernels import implementations  # noqa: E402
-from cuca.models import load_model  # noqa: E402
+from cuca.models import load_model, qwen35  # noqa: E402
 from cuca.models.deltanet_state import L2_EPS, gdn_chunked  # noqa: E402
 from cuca.models.layers import Ops  # noqa: E402
-from cuca.sampling import SamplingParams  # noqa: E402
+from cuca.quants import Q4_0  # noqa: E402
+from cuca.sampling import SamplingParams, to_probs  # noqa: E402
 from cuca.speculative import AlwaysDraft, SpeculativeDecoder  # noqa: E402
+from cuca.speculative.drafters import mtp as mtp_mod  # noqa: E402
 from cuca.speculative.drafters.mtp import MTPDrafter  # noqa: E402
 from cuca.tokenizer import Tokenizer  # noqa: E402
 
@@ -282,6 +284,78 @@ def test_mtp_sampling_returns_draft_distributions(model) -> None:
     assert p.q_draft is not None and p.q_draft.shape == (3, model.n_vocab)
     assert not p.q_draft[:, S.DRAFT_VOCAB_TINY :].any() and np.allclose(p.q_draft.sum(1), 1.0)
     assert all(p.q_draft[i, t] > 0 for i, t in enumerate(p.tokens))
+
+
+def test_coarse_head_drafts_the_heads_own_argmax(model, golden, monkeypatch) -> None:
+    """The coarse ranking (a Q4_0 copy of the draft rows; a greedy draft rescores its RESCORE best with the head
+    itself) drafts the golden chain of the head; its logits are the copy's; the rescored ids get the head's own
+    bits. Off by default below COARSE_MIN_WEIGHTS (the tiny head) and where the backend says so."""
+    assert not MTPDrafter(model, 64, draft_vocab=S.DRAFT_VOCAB_TINY).coarse
+    monkeypatch.setattr(qwen35, "COARSE_MIN_WEIGHTS", 0)
+    n_rank = S.DRAFT_VOCAB_TINY
+    coarse = model.mtp.coarse_rows(n_rank)
+    assert coarse is not None and coarse.wtype == Q4_0 and (coarse.n_out, coarse.n_in) == (n_rank, model.c.n_embd)
+    assert model.mtp.coarse_rows(n_rank) is coarse  # made once
+    h = np.random.default_rng(4).standard_normal((3, model.c.n_embd)).astype(np.float32)
+    exact, rough = model.mtp_logits(h, n_rank), model.mtp_logits(h, n_rank, coarse=True)
+    assert not np.array_equal(exact, rough) and _rel(rough, exact) < 0.2
+    ids = np.array([0, 7, 100, 255], np.int32)
+    assert np.array_equal(model.mtp_logits_of(h[1:2], ids), exact[1, ids])
+    prompt, first = golden["prompt"], int(golden["decode"][0])
+    n = len(prompt)
+    hid = model.forward_hidden(prompt, _pos(0, n), model.make_cache(128))
+    nxt = np.array([*prompt[1:], first], np.int32)
+    rescored = []
+    orig = model.mtp_logits_of
+    monkeypatch.setattr(model, "mtp_logits_of", lambda hh, ii: rescored.append(ii) or orig(hh, ii))
+    d = MTPDrafter(model, 128, draft_vocab=n_rank)
+    assert d.coarse and not MTPDrafter(model, 128, draft_vocab=n_rank, coarse=False).coarse
+    d.begin(list(prompt), GREEDY, np.random.default_rng(0))
+    d.commit(list(nxt), _pos(0, n), hid)
+    chain = golden["chain"]
+    assert d.propose(len(chain)).tokens == chain.tolist()
+    assert len(rescored) == len(chain) and all(len(i) == mtp_mod.RESCORE for i in rescored)
+
+    class NoCoarse(Ops):
+        coarse_draft_heads = False
+
+    bare = load_model(open_gguf(model.path), NoCoarse(1))
+    assert not MTPDrafter(bare, 64, draft_vocab=n_rank).coarse
+
+
+@pytest.mark.parametrize("k", [1, 3, 16])
+def test_coarse_drafter_greedy_equals_plain(copy_model, monkeypatch, k: int) -> None:
+    """Speculation with the coarse drafter: the output and the trunk state equal plain decoding; the drafts are
+    the exact drafter's, so are the acceptance counts."""
+    monkeypatch.setattr(qwen35, "COARSE_MIN_WEIGHTS", 0)
+    for prompt in PROMPTS:
+        want, peng = _plain(copy_model, prompt, 40)
+        runs = [_spec(copy_model, prompt, 40, MTPDrafter(copy_model, 128, draft_vocab=S.DRAFT_VOCAB_TINY,
+                                                         coarse=c), k) for c in (True, False)]
+        (got, seng, st), (_, _, st_exact) = runs
+        assert got == want and st.accepted > 0
+        assert (st.accepted, st.drafted) == (st_exact.accepted, st_exact.drafted)
+        assert all(np.array_equal(x, y) for x, y in zip(_state(peng.cache), _state(seng.cache), strict=True))
+
+
+def test_coarse_sampled_drafts_come_from_the_coarse_logits(model, monkeypatch) -> None:
+    monkeypatch.setattr(qwen35, "COARSE_MIN_WEIGHTS", 0)
+    prompt = PROMPTS[0]
+    hid = model.forward_hidden(np.array(prompt, np.int32), _pos(0, len(prompt)), Engine(model, 64).cache)
+    params = SamplingParams(temperature=0.8, top_k=20)
+    props = []
+    for coarse in (True, False):
+        d = MTPDrafter(model, 64, draft_vocab=S.DRAFT_VOCAB_TINY, coarse=coarse)
+        d.begin(prompt, params, np.random.default_rng(3))
+        d.commit([*prompt[1:], 9], _pos(0, len(prompt)), hid)
+        props.append(d.propose(1))
+    p, exact = props
+    h = model.mtp_forward(np.array([*prompt[1:], 9], np.int32), hid, _pos(0, len(prompt)),
+                          model.make_mtp_cache(64))[-1:]
+    full = np.full(model.n_vocab, -np.inf, np.float32)
+    full[: S.DRAFT_VOCAB_TINY] = model.mtp_logits(h, S.DRAFT_VOCAB_TINY, coarse=True)[0]
+    assert p.q_draft is not None and exact.q_draft is not None
+    assert np.allclose(p.q_draft[0], to_probs(full, params)) and not np.array_equal(p.q_draft, exact.q_draft)
 
 
 # ---------------------------------------------------------------------------------------------- errors

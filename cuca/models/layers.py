@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import ProviderError
 from ..gguf import GGUFFile, TensorInfo
-from ..quants import FLOAT_TYPES, Q8_0, SUPPORTED_TYPES, dequantize, quantize_q8_0, row_bytes
+from ..quants import FLOAT_TYPES, Q4_0, Q8_0, SUPPORTED_TYPES, dequantize, quantize_q4_0, quantize_q8_0, row_bytes
 from .batch import Batch
 from .config import float_weight
 from .ops import Mask, Ops, Rope
@@ -48,13 +48,24 @@ class Linear:
         """This weight stored as Q8_0 (float matrices only; quantized ones are returned as they are)."""
         if self.wtype not in FLOAT_TYPES or self.n_in % 32:
             return self
+        return self._requantized(Q8_0)
+
+    def as_q4_0(self) -> Linear:
+        """A Q4_0 copy of this weight (float or Q8_0 matrices; others are returned as they are): a drafter's
+        coarse head, which only ranks candidates."""
+        if (self.wtype not in FLOAT_TYPES and self.wtype != Q8_0) or self.n_in % 32:
+            return self
+        return self._requantized(Q4_0)
+
+    def _requantized(self, wtype: int) -> Linear:
         new = object.__new__(Linear)
-        new.name, new.wtype, new.n_out, new.n_in = self.name, Q8_0, self.n_out, self.n_in
+        new.name, new.wtype, new.n_out, new.n_in = self.name, wtype, self.n_out, self.n_in
         new._packed, new._owned = None, True
-        new.w = np.empty((self.n_out, row_bytes(Q8_0, self.n_in)), np.uint8)
+        new.w = np.empty((self.n_out, row_bytes(wtype, self.n_in)), np.uint8)
+        quantize = quantize_q8_0 if wtype == Q8_0 else quantize_q4_0
         for r0 in range(0, self.n_out, 8192):  # bounded float32 scratch for 262k-row tables
             rows = dequantize(self.w[r0 : r0 + 8192], self.wtype, min(8192, self.n_out - r0), self.n_in)
-            new.w[r0 : r0 + 8192] = quantize_q8_0(rows)
+            new.w[r0 : r0 + 8192] = quantize(rows)
         return new
 
     def rows(self, ops: Ops, ids: np.ndarray) -> np.ndarray:

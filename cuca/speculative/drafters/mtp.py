@@ -8,6 +8,13 @@ wrote past them: chained drafts, or rejected rows), and the head's output for th
 Draft i+1 chains the head's own output for draft i, one position further. Draft steps rank only the first
 `draft_vocab` token ids (65,536 of Qwen 3.5's 248,320), which is several times cheaper than the full head; the
 target still scores the whole vocabulary.
+
+Coarse ranking (`coarse`, the C backend's default): a draft step reads a Q4_0 copy of those head rows (38 MB for
+Qwen 3.5 0.8B's Q8_0 head instead of 71 MB) and, for a greedy draft, rescores the RESCORE best of them with the head
+itself, so the draft is the head's own arg-max wherever that is among them (only near-ties could put it outside).
+A sampled draft is drawn from the coarse logits, and its q_draft is that distribution (the verification stays
+exact for any q). Governed Qwen 3.5 0.8B rounds of 3 drafts ran at 1.05-1.25x the speed (5 interleaved pairs,
+AVX-512, 2 threads, cuca vs cuca, controlled acceptance at the published level).
 """
 
 from __future__ import annotations
@@ -25,13 +32,15 @@ DRAFT_VOCAB = 65536
 # that computes only their K/V (and the last row's output): while the governor keeps drafting off, keeping the
 # head level costs its eh_proj and K/V projections per token.
 FLUSH_ROWS = 64
+RESCORE = 8  # coarse candidates a greedy draft rescores with the head itself
 
 
 class MTPDrafter:
     """Drafts with the target's MTP head; owns the head's K/V cache of n_ctx positions. A target without a head
     is a ProviderError naming `path` (its file)."""
 
-    def __init__(self, model: Any, n_ctx: int, draft_vocab: int = DRAFT_VOCAB, path: object = ""):
+    def __init__(self, model: Any, n_ctx: int, draft_vocab: int = DRAFT_VOCAB, path: object = "",
+                 coarse: bool | None = None):
         if getattr(model, "mtp", None) is None:
             where = path or getattr(model, "path", None) or f"this {getattr(model, 'arch', 'model')} file"
             raise ProviderError(
@@ -44,6 +53,10 @@ class MTPDrafter:
         self.model = model
         self.cache = model.make_mtp_cache(n_ctx)
         self.n_rank = min(draft_vocab, model.n_vocab)
+        if coarse is None:
+            coarse = bool(getattr(getattr(model, "ops", None), "coarse_draft_heads", False))
+        # the Q4_0 copy is made here, once per model (later drafters share it), not on the first draft
+        self.coarse = coarse and model.mtp.coarse_rows(self.n_rank) is not None
         self.params = SamplingParams()
         self.rng = np.random.default_rng(0)
         self._h: np.ndarray | None = None  # head output for the last committed row, (1, n_embd)
@@ -53,7 +66,7 @@ class MTPDrafter:
 
     def for_cache(self, cache: Any) -> MTPDrafter:
         """Another instance (its own head cache) for another target cache of the same model: a batcher's lane."""
-        return MTPDrafter(self.model, cache.n_ctx, self.n_rank)
+        return MTPDrafter(self.model, cache.n_ctx, self.n_rank, coarse=self.coarse)
 
     def begin(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator) -> None:
         self.cache.reset()
@@ -103,6 +116,16 @@ class MTPDrafter:
         out = self.model.mtp_forward(toks, hidden, positions, self.cache, last_only=True)
         self._h = np.ascontiguousarray(out[-1:])
 
+    def _draft(self, h: np.ndarray) -> tuple[int, np.ndarray | None]:
+        """The next draft from the head output h (1, n_embd), and its q_draft (None when greedy)."""
+        if not self.coarse:
+            return self._pick(self.model.mtp_logits(h, self.n_rank)[0])
+        logits = self.model.mtp_logits(h, self.n_rank, coarse=True)[0]
+        if not self.params.greedy or logits.shape[0] <= RESCORE:
+            return self._pick(logits)
+        ids = np.sort(np.argpartition(logits, -RESCORE)[-RESCORE:]).astype(np.int32)
+        return int(ids[greedy_token(self.model.mtp_logits_of(h, ids))]), None  # ties: the lowest id, as argmax
+
     def _pick(self, logits: np.ndarray) -> tuple[int, np.ndarray | None]:
         if self.params.greedy:
             return greedy_token(logits), None
@@ -121,7 +144,7 @@ class MTPDrafter:
         h, pos = self._h, self._pos + 1
         self.cache.trim(max(self.cache.n - pos, 0))  # a previous propose may have chained past this point
         for i in range(n):
-            tok, q = self._pick(self.model.mtp_logits(h, self.n_rank)[0])
+            tok, q = self._draft(h)
             drafts.append(tok)
             if q is not None:
                 qs.append(q)
