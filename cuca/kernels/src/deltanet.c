@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuca.h"
 #include "ops.h"
@@ -68,13 +69,13 @@ static inline void dn_store_snap(float *p, vf x) {
 }
 #define DN_BW (DN_NV * VL) /* columns per block */
 
-/* One token of one head on the block of DN_BW columns at S (row stride dv), in place. */
-static void dn_block(const float *v, vf ev, vf bv, float *S, float *snap, float *o, int dk, int dv, const float *qn,
-                     const float *kn) {
+/* One token of one head on the block of DN_BW columns at S (row stride ld floats), in place; snap rows: stride dv. */
+static void dn_block(const float *v, vf ev, vf bv, float *S, int ld, float *snap, float *o, int dk, int dv,
+                     const float *qn, const float *kn) {
     vf a[DN_NV], d[DN_NV];
     for (int u = 0; u < DN_NV; ++u) a[u] = v_zero();
     for (int i = 0; i < dk; ++i) {
-        float *r = S + (size_t)i * dv;
+        float *r = S + (size_t)i * ld;
         const vf ki = v_set1(kn[i]);
         for (int u = 0; u < DN_NV; ++u) {
             const vf s = v_mul(v_load(r + u * VL), ev);
@@ -87,7 +88,7 @@ static void dn_block(const float *v, vf ev, vf bv, float *S, float *snap, float 
         a[u] = v_zero();
     }
     for (int i = 0; i < dk; ++i) {
-        float *r = S + (size_t)i * dv;
+        float *r = S + (size_t)i * ld;
         const vf ki = v_set1(kn[i]), qi = v_set1(qn[i]);
         for (int u = 0; u < DN_NV; ++u) {
             const vf s = v_add(v_load(r + u * VL), v_mul(ki, d[u]));
@@ -99,9 +100,14 @@ static void dn_block(const float *v, vf ev, vf bv, float *S, float *snap, float 
     for (int u = 0; u < DN_NV; ++u) v_store(o + u * VL, a[u]);
 }
 
+/* A block of several tokens runs on a copy of its columns with rows DN_LD floats apart: rows 512 bytes apart (dv =
+ * 128) put a row's stores 4 KiB below the loads 8 rows on, which the core takes for a store-to-load dependence */
+#define DN_LD (DN_BW + 16)
+
 typedef struct {
     const cuca_deltanet_args *a;
-    float *bufs; /* per thread: T * (2 dk + 2) floats */
+    float *bufs; /* per thread: T * (2 dk + 2) floats, then dk * DN_LD (the padded block) */
+    size_t per_thread;
 } dn_job;
 
 /* item h: every token of head h */
@@ -116,8 +122,9 @@ static void dn_head_item(void *ctx, int64_t hh, int tid) {
     const float eps = a->eps, scale = a->scale;
     const size_t hs = (size_t)dk * dv, ts = hs * (size_t)H;
     /* per token: the normalised q and k, exp(g) and beta of this head */
-    float *buf = J->bufs + (size_t)tid * (size_t)T * (size_t)(2 * dk + 2);
+    float *buf = J->bufs + (size_t)tid * J->per_thread;
     float *qn = buf, *kn = buf + (size_t)T * dk, *ex = kn + (size_t)T * dk, *bt = ex + T;
+    float *pad = bt + T + 16 - ((uintptr_t)(bt + T) / sizeof(float)) % 16; /* 64-byte aligned */
     for (int t = 0; t < T; ++t) {
         const float *qt = q + t * q_s0 + h * q_s1, *kt = k + t * k_s0 + h * k_s1;
         const float iq = dn_inv_norm(qt, dk, eps), ik = dn_inv_norm(kt, dk, eps);
@@ -131,11 +138,19 @@ static void dn_head_item(void *ctx, int64_t hh, int tid) {
     float *live = state + (size_t)h * hs;
     /* columns are independent: each block of columns runs every token while it sits in L1 */
     int j0 = 0;
-    for (; j0 + DN_BW <= dv; j0 += DN_BW)
+    for (; j0 + DN_BW <= dv; j0 += DN_BW) {
+        /* one token: in place (the block is read once anyway); several: on the padded copy */
+        float *S = T > 1 ? pad : live + j0;
+        const int ld = T > 1 ? DN_LD : dv;
+        if (T > 1)
+            for (int i = 0; i < dk; ++i) memcpy(pad + (size_t)i * DN_LD, live + (size_t)i * dv + j0, sizeof(float) * DN_BW);
         for (int t = 0; t < T; ++t)
-            dn_block(v + t * v_s0 + h * v_s1 + j0, v_set1(ex[t]), v_set1(bt[t]), live + j0,
+            dn_block(v + t * v_s0 + h * v_s1 + j0, v_set1(ex[t]), v_set1(bt[t]), S, ld,
                      snaps && t < T - 1 ? snaps + (size_t)t * ts + (size_t)h * hs + j0 : NULL,
                      out + t * o_s0 + h * o_s1 + j0, dk, dv, qn + (size_t)t * dk, kn + (size_t)t * dk);
+        if (T > 1)
+            for (int i = 0; i < dk; ++i) memcpy(live + (size_t)i * dv + j0, pad + (size_t)i * DN_LD, sizeof(float) * DN_BW);
+    }
     if (j0 < dv)
         for (int t = 0; t < T; ++t)
             dn_cols_scalar(v + t * v_s0 + h * v_s1, ex[t], bt[t], live,
@@ -154,7 +169,8 @@ int cuca_deltanet_f32(const cuca_deltanet_args *a) {
     int nt = n_threads > 0 ? n_threads : cuca_pool_default_threads();
     if (nt > H) nt = H;
     if ((double)T * (double)ts < 65536.0) nt = 1;
-    dn_job J = {a, (float *)malloc(sizeof(float) * (size_t)nt * (size_t)T * (size_t)(2 * dk + 2))};
+    const size_t per = (size_t)T * (size_t)(2 * dk + 2) + 16 + (size_t)dk * DN_LD;
+    dn_job J = {a, (float *)malloc(sizeof(float) * (size_t)nt * per), per};
     if (!J.bufs) return CUCA_ENOMEM;
     cuca_pool_run(nt, H, 1, dn_head_item, &J);
     free(J.bufs);
