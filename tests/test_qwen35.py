@@ -301,6 +301,13 @@ def test_coarse_head_drafts_the_heads_own_argmax(model, golden, monkeypatch) -> 
     assert not np.array_equal(exact, rough) and _rel(rough, exact) < 0.2
     ids = np.array([0, 7, 100, 255], np.int32)
     assert np.array_equal(model.mtp_logits_of(h[1:2], ids), exact[1, ids])
+    # where the copy's arg-max is not the head's, the rescored draft is still the head's
+    many = np.random.default_rng(6).standard_normal((64, model.c.n_embd)).astype(np.float32)
+    best = model.mtp_logits(many, n_rank).argmax(1)
+    assert (model.mtp_logits(many, n_rank, coarse=True).argmax(1) != best).sum() >= 3
+    greedy = MTPDrafter(model, 64, draft_vocab=n_rank)
+    greedy.begin([1], GREEDY, np.random.default_rng(0))
+    assert [greedy._draft(many[i : i + 1])[0] for i in range(64)] == best.tolist()
     prompt, first = golden["prompt"], int(golden["decode"][0])
     n = len(prompt)
     hid = model.forward_hidden(prompt, _pos(0, n), model.make_cache(128))

@@ -57,6 +57,15 @@ class Linear:
             return self
         return self._requantized(Q4_0)
 
+    def take(self, ids: np.ndarray) -> Linear:
+        """The rows `ids` (n,) of this weight as a weight of their own, contiguous (np.take: 3x a fancy-index copy);
+        a matmul with it gives those rows' bits of the whole weight's (the kernels compute each row alone)."""
+        new = object.__new__(Linear)
+        new.name, new.wtype, new.n_out, new.n_in = self.name, self.wtype, int(ids.shape[0]), self.n_in
+        new._packed, new._owned = None, False
+        new.w = np.take(self.w, ids, axis=0)
+        return new
+
     def _requantized(self, wtype: int) -> Linear:
         new = object.__new__(Linear)
         new.name, new.wtype, new.n_out, new.n_in = self.name, wtype, self.n_out, self.n_in

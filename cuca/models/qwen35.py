@@ -338,7 +338,4 @@ class Model(Decoder):
         """The head's own logits of h (1, n_embd) for token ids `ids` (n,) only, (n,): the same bits as those ids'
         columns of `mtp_logits` (a row's result does not depend on the rows beside it)."""
         assert self.mtp is not None
-        head = self.mtp.head
-        rows = copy.copy(head)
-        rows.w, rows.n_out, rows._packed, rows._owned = np.take(head.w, ids, axis=0), int(ids.shape[0]), None, False
-        return self.ops.matmul(rows, h)[0]
+        return self.ops.matmul(self.mtp.head.take(ids), h)[0]

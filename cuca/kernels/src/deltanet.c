@@ -6,8 +6,9 @@
  * One (token, head) is always the same float operations, in the same order, whatever the number of tokens in
  * the call, the token's place in it or the threads (threads only take whole heads): decode and verify give
  * bit-identical states and outputs. Columns of the state are independent, so each block of columns runs all the
- * tokens of the call while it sits in L1, in place in the live state; with snapshots, the state after token
- * t < T-1 is also stored to snaps[t] as it is produced (no extra pass over the state). */
+ * tokens of the call while it sits in L1 (one token: in place in the live state; several: on a padded copy, see
+ * DN_LD); with snapshots, the state after token t < T-1 is also stored to snaps[t] as it is produced (no extra
+ * pass over the state). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -13,8 +13,10 @@ Coarse ranking (`coarse`, the C backend's default): a draft step reads a Q4_0 co
 Qwen 3.5 0.8B's Q8_0 head instead of 71 MB) and, for a greedy draft, rescores the RESCORE best of them with the head
 itself, so the draft is the head's own arg-max wherever that is among them (only near-ties could put it outside).
 A sampled draft is drawn from the coarse logits, and its q_draft is that distribution (the verification stays
-exact for any q). Governed Qwen 3.5 0.8B rounds of 3 drafts ran at 1.05-1.25x the speed (5 interleaved pairs,
-AVX-512, 2 threads, cuca vs cuca, controlled acceptance at the published level).
+exact for any q). Qwen 3.5 0.8B real-shape file, controlled acceptance at the published level, 5 interleaved
+plain / speculative pairs per setting in one process (AVX-512, 2 threads, cuca vs cuca; benchmarks/bench_mtp_coarse.py):
+drafting every round 1.533x -> 1.666x plain and governed 1.542x -> 1.722x in one run, 1.581x -> 1.640x and
+1.455x -> 1.572x in another (medians; single requests spread over 1.3-1.8x).
 """
 
 from __future__ import annotations
