@@ -18,6 +18,12 @@ static inline int ops_threads(int n_threads, int64_t rows, int64_t n) {
     return rows < nt ? (int)rows : nt;
 }
 
+/* rows per claim: one run of rows per thread. Claiming short rows one at a time has the threads take turns on the
+ * pool's counter: silu_mul on 4 x 16 rows of 128 took 8.5 us on 2 threads, 3.0 us on 1 (AVX-512) */
+static inline int64_t ops_chunk(int64_t rows, int nt) { return (rows + nt - 1) / nt; }
+
+static void ops_run(int nt, int64_t rows, cuca_item_fn fn, void *ctx) { cuca_pool_run(nt, rows, ops_chunk(rows, nt), fn, ctx); }
+
 static inline const float *row_c(const float *base, cuca_rows s, int64_t r, int64_t n1) {
     return base + (r / n1) * s.s0 + (r % n1) * s.s1;
 }
@@ -122,7 +128,7 @@ int cuca_rms_norm_f32(const float *x, cuca_rows xs, const float *w, float eps, f
     if (n0 < 0 || n1 < 0 || n <= 0) return CUCA_EINVAL;
     const int64_t rows = n0 * n1;
     rms_job J = {(float *)x, xs, NULL, xs, w, eps, out, os, n1, n}; /* x is only read */
-    cuca_pool_run(ops_threads(n_threads, rows, n), rows, 1, rms_item, &J);
+    ops_run(ops_threads(n_threads, rows, n), rows, rms_item, &J);
     return CUCA_OK;
 }
 
@@ -131,7 +137,7 @@ int cuca_add_rms_norm_f32(float *x, cuca_rows xs, const float *y, cuca_rows ys, 
     if (n0 < 0 || n1 < 0 || n <= 0) return CUCA_EINVAL;
     const int64_t rows = n0 * n1;
     rms_job J = {x, xs, y, ys, w, eps, out, os, n1, n};
-    cuca_pool_run(ops_threads(n_threads, rows, n), rows, 1, add_rms_item, &J);
+    ops_run(ops_threads(n_threads, rows, n), rows, add_rms_item, &J);
     return CUCA_OK;
 }
 
@@ -240,7 +246,7 @@ int cuca_act_mul_f32(int kind, const float *g, cuca_rows gs, const float *u, cuc
     if (n0 < 0 || n1 < 0 || n < 0 || (kind != 0 && kind != 1)) return CUCA_EINVAL;
     const int64_t rows = n0 * n1;
     act_job J = {kind, g, gs, u, us, out, os, n1, n};
-    cuca_pool_run(ops_threads(n_threads, rows, n * 8), rows, 1, act_item, &J);
+    ops_run(ops_threads(n_threads, rows, n * 8), rows, act_item, &J);
     return CUCA_OK;
 }
 
