@@ -1,12 +1,14 @@
-"""The in-trunk drafter's coarse ranking (a Q4_0 copy of the draft head, the best 8 rescored) against the head
-itself, in one process: per repetition and setting a plain request, then a speculative one drafting every round
+"""The drafters' coarse ranking (a Q4_0 copy of the draft head, the best 8 rescored by the head itself) against the
+head alone, in one process: per repetition and setting a plain request, then a speculative one drafting every round
 and one under that setting's kept governor, at controlled acceptance (the published level for the file's
 architecture). Prints each request's speculative / plain ratio and the medians.
 
-    python benchmarks/bench_mtp_coarse.py [FILE] [--threads 2] [--reps 5] [--tokens 96]
+    python benchmarks/bench_mtp_coarse.py [FILE] [--drafter DRAFTER] [--threads 2] [--reps 5] [--tokens 96]
 
-FILE: a Qwen 3.5 GGUF with an MTP head (default: the report's real-shape synthetic file, written by
-benchmarks/report.py into /tmp/cuca-bench).
+FILE: a Qwen 3.5 GGUF with an MTP head (the in-trunk drafter; default: the report's real-shape synthetic file,
+written by benchmarks/report.py into /tmp/cuca-bench), or a Gemma 4 target with its assistant as DRAFTER (the
+assistant's dense head: /tmp/cuca-bench/gemma4-e2b-synthetic-q4_0.gguf with
+/tmp/cuca-bench/gemma4-e2b-assistant-synthetic-f16.gguf).
 """
 
 from __future__ import annotations
@@ -23,14 +25,24 @@ PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file", nargs="?", default="/tmp/cuca-bench/qwen35-0.8b-synth-q8_0.gguf")
+    ap.add_argument("--drafter", default="in-trunk")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=96)
     a = ap.parse_args()
-    b = Bench(a.file, "in-trunk", draft_tokens=3, threads=a.threads)
+    b = Bench(a.file, a.drafter, draft_tokens=3, threads=a.threads)
     drafter = b.lm.drafter
-    if not drafter.coarse:
+    assistant = getattr(drafter, "assistant", None)
+    rough = getattr(assistant, "coarse_embd", None)
+    if not (rough is not None if assistant is not None else getattr(drafter, "coarse", False)):
         raise SystemExit(f"{a.file}: no coarse copy of the draft head (small head, or a backend without one)")
+
+    def use_coarse(on: bool) -> None:
+        if assistant is not None:
+            assistant.coarse_embd = rough if on else None
+        else:
+            drafter.coarse = on
+
     ids = b.encode(PROMPT)
     reference = b.plain(ids, a.tokens).tokens
     p = published_probability(b.arch)
@@ -40,7 +52,7 @@ def main() -> None:
     ratios: dict[tuple[bool, str], list[float]] = {(c, g): [] for c in (True, False) for g in ("every", "governed")}
     for rep in range(a.reps):
         for coarse in (True, False):
-            drafter.coarse = coarse
+            use_coarse(coarse)
             for g in ("every", "governed"):
                 plain = b.plain(ids, a.tokens)
                 spec = b.spec(ids, a.tokens, AlwaysDraft() if g == "every" else governors[coarse],

@@ -12,9 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import reference_gemma4 as ref
+from helpers import plain, same_cache
+from helpers import spec as run_spec
 from synth import Edits
 from synth_gemma4 import TINY, AssistantOpts, Q, TargetOpts, write_gemma4, write_gemma4_assistant
 
+import cuca.models.gemma4_assistant as ga
 from cuca.errors import GGUFError, ProviderError
 from cuca.gguf import GGUFFile, open_gguf
 from cuca.kernels import implementations
@@ -306,3 +309,52 @@ def test_local_model_with_the_assistant_equals_plain(files: dict[str, Path]) -> 
     # a drafter file given as the drafter of a drafter, or for a mismatched target, fails at load
     with pytest.raises(ProviderError, match="is a drafter"):
         LocalModel.load_sync(LocalModelConfig(files["drafter"]))
+
+
+# -- the dense head's coarse ranking (gemma4_assistant.RESCORE) ------------------------------------------------------
+def test_assistant_coarse_head(files: dict[str, Path], target, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A Q4_0 copy of the dense head ranks the vocabulary: sampled drafts get its logits; a greedy draft gets the
+    head's own values on the copy's RESCORE best ids (every other id below them), so its arg-max is the head's
+    even where the copy's is not. Off below COARSE_MIN_WEIGHTS (the tiny head), without requantizing, when asked,
+    and where the backend says so."""
+    f = open_gguf(files["drafter_f16"])
+    assert load_assistant(f, target.ops, target).coarse_embd is None
+    monkeypatch.setattr(ga, "COARSE_MIN_WEIGHTS", 0)
+    a = load_assistant(f, target.ops, target)
+    assert a.coarse_embd is not None and a.coarse_embd.wtype == Q.Q4_0
+    assert (a.coarse_embd.n_out, a.coarse_embd.n_in) == (a.token_embd.n_out, a.token_embd.n_in)
+    assert load_assistant(f, target.ops, target, requantize=False).coarse_embd is None
+    assert load_assistant(f, target.ops, target, coarse=False).coarse_embd is None
+
+    class NoCoarse(Ops):
+        coarse_draft_heads = False
+
+    assert load_assistant(f, NoCoarse(1), target).coarse_embd is None
+    ops = target.ops
+    zn = np.random.default_rng(5).standard_normal((64, a.c.n_embd)).astype(np.float32)
+    dense, rough = ops.matmul(a.token_embd, zn), a.logits(ops, zn, greedy=False)
+    assert np.array_equal(rough, ops.matmul(a.coarse_embd, zn)) and not np.array_equal(rough, dense)
+    assert (rough.argmax(1) != dense.argmax(1)).sum() >= 3
+    greedy = a.logits(ops, zn)
+    assert np.array_equal(greedy.argmax(1), dense.argmax(1))
+    for i in range(zn.shape[0]):
+        ids = np.argsort(-rough[i], kind="stable")[: ga.RESCORE]
+        assert np.array_equal(greedy[i, ids], dense[i, ids]) and (np.delete(greedy[i], ids) < dense[i, ids].min()).all()
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_assistant_coarse_drafts_equal_the_dense_ones(files: dict[str, Path], monkeypatch, k: int) -> None:
+    """Speculation with the coarse-ranked drafter equals plain decoding, with the dense drafter's acceptance."""
+    monkeypatch.setattr(ga, "COARSE_MIN_WEIGHTS", 0)
+    tgt = load_model(open_gguf(files["target"]), Ops(2))
+    stats = []
+    for coarse in (True, False):
+        a = load_assistant(open_gguf(files["drafter_f16"]), tgt.ops, tgt, coarse=coarse)
+        assert (a.coarse_embd is not None) == coarse
+        pair = (tgt, lambda eng, a=a: AssistantDrafter(a, eng.cache))
+        for prompt in ([2, 10, 11, 12, 13, 14, 10, 11, 12], [2, 7, 9, 7, 9, 7, 9, 7]):
+            want, peng, _ = plain(tgt, prompt, 16, 96)
+            got, seng, _, st = run_spec(pair, prompt, 16, k, 96, frozenset())
+            assert got == want and same_cache(peng, seng)
+            stats.append((st.drafted, st.accepted))
+    assert stats[:2] == stats[2:] and sum(d for d, _ in stats) > 0

@@ -129,8 +129,9 @@ class HostModel:
             runner = self._steps[cache] = StepRunner(self.inner, cache, self.ops)
         return runner.draft(tok, h, pos, n)
 
-    def step(self, tokens: np.ndarray, h: np.ndarray, pos: int, cache: Any) -> tuple[np.ndarray, np.ndarray]:
-        logits, nh = self.inner.step(tokens, self.ops.contiguous(h), pos, cache)
+    def step(self, tokens: np.ndarray, h: np.ndarray, pos: int, cache: Any,
+             greedy: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        logits, nh = self.inner.step(tokens, self.ops.contiguous(h), pos, cache, greedy=greedy)
         return self.ops.host(logits), self.ops.host(nh)
 
 

@@ -46,7 +46,7 @@ class TorchOps(Ops):
     """Kernels on `device` with weights stored as `wdtype`; `threads` > 0 sets torch's CPU thread count."""
 
     requantize_drafters = False  # the product page's Q8_0 drafter is the CPU's choice
-    coarse_draft_heads = False  # so is the in-trunk drafter's Q4_0 ranking copy of the head
+    coarse_draft_heads = False  # so is the drafters' Q4_0 ranking copy of the head
     relocatable_states = False  # captured graphs hold the recurrent states' addresses: a rollback copies into them
 
     def __init__(self, device: str | torch.device = "cpu", wdtype: torch.dtype = torch.float32, threads: int = 0,

@@ -53,6 +53,12 @@ def check_pair(f: GGUFFile, c: Config, n_embd_out: int, target: Target) -> None:
                                 f"{t.n_head_kv[kv]} K/V heads")
 
 
+# The dense head's coarse ranking (no centroid head in the file, as llama.cpp's converter writes it): a draft step reads
+# a Q4_0 copy of the 262,144 x 256 head (38 MB instead of 71 MB of Q8_0; 1.51 vs 2.57 ms from memory, AVX-512,
+# 2 threads) and a greedy draft rescores its RESCORE best rows with the head itself
+RESCORE = 8
+COARSE_MIN_WEIGHTS = 1 << 22  # smaller heads (tiny files) cost little: no copy
+
 DEFAULT_TOP_K = 32  # transformers' centroid_intermediate_top_k default, what the E2B and E4B assistants use
 
 
@@ -106,8 +112,10 @@ class CentroidHead:
 class Assistant:
     arch = "gemma4-assistant"
 
-    def __init__(self, f: GGUFFile, ops: Ops, target: Target, requantize: bool = True):
-        """Bind the drafter in `f` to `target`. `requantize` stores float matrices as Q8_0 (it only proposes)."""
+    def __init__(self, f: GGUFFile, ops: Ops, target: Target, requantize: bool = True, coarse: bool | None = None):
+        """Bind the drafter in `f` to `target`. `requantize` stores float matrices as Q8_0 (it only proposes);
+        `coarse` (default: with `requantize`, where the backend's `coarse_draft_heads` says so) ranks a dense head's
+        vocabulary with a Q4_0 copy of it (`logits`)."""
         if f.architecture != self.arch:
             raise ProviderError(f"{f.path}: architecture {f.architecture!r} is not a drafter ({self.arch!r} expected)")
         if getattr(target, "arch", None) != "gemma4":
@@ -129,6 +137,11 @@ class Assistant:
         self.blk = [Block(f, c, il, target, self.rope_freqs) for il in range(c.n_layer)]
         has_centroids = centroid_layout(f) is not None
         self.centroid_head = CentroidHead(f, self.token_embd, c.n_vocab, c.n_embd) if has_centroids else None
+        if coarse is None:
+            coarse = requantize and bool(getattr(ops, "coarse_draft_heads", False))
+        big = c.n_vocab * c.n_embd >= COARSE_MIN_WEIGHTS
+        rough = self.token_embd.as_q4_0() if coarse and big and self.centroid_head is None else None
+        self.coarse_embd = rough if rough is not self.token_embd else None  # as_q4_0 keeps other formats as they are
         if requantize:
             for b in self.blk:
                 to_q8_0(b)
@@ -139,9 +152,10 @@ class Assistant:
                 self.centroid_head.centroids = self.centroid_head.centroids.as_q8_0()
                 self.centroid_head.token_embd = self.token_embd
 
-    def step(self, tokens: np.ndarray, h: np.ndarray, pos: int, cache: KVCache) -> tuple[np.ndarray, np.ndarray]:
+    def step(self, tokens: np.ndarray, h: np.ndarray, pos: int, cache: KVCache,
+             greedy: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """tokens int32 (M,), h float32 (M, n_embd_target), all at position `pos`, reading the target cache's first
-        `pos` positions -> (draft logits (M, n_vocab), next hidden (M, n_embd_target))."""
+        `pos` positions -> (draft logits (M, n_vocab), next hidden (M, n_embd_target)); `greedy`: see `logits`."""
         c, ops, m = self.c, self.ops, tokens.shape[0]
         z = self.pre_projection(ops, ops.concat([self.target.embed(tokens), h], axis=1))
         positions = np.full(m, pos, np.int32)
@@ -152,10 +166,25 @@ class Assistant:
             sandwich_mlp(ops, b, z, c.eps)
             z *= b.out_scale
         zn = ops.rms_norm(z, self.output_norm, c.eps)
-        head = self.centroid_head if self.centroid_head is not None else self.token_embd
-        return head(ops, zn), self.post_projection(ops, zn)
+        return self.logits(ops, zn, greedy), self.post_projection(ops, zn)
+
+    def logits(self, ops: Ops, zn: np.ndarray, greedy: bool = True) -> np.ndarray:
+        """Draft logits (M, n_vocab) of the post-norm state: the centroid head's, the dense head's, or with the
+        coarse copy its logits (a sampled draft's q_draft; verification is exact for any q), and for a greedy draft
+        the dense head's own values on the copy's RESCORE best ids (every other id their min - 1), so the arg-max
+        is the dense head's wherever that is among them (ties: the lowest id, as over the whole row)."""
+        if self.centroid_head is not None:
+            return self.centroid_head(ops, zn)
+        if self.coarse_embd is None:
+            return self.token_embd(ops, zn)
+        rough = self.coarse_embd(ops, zn)
+        if not greedy:
+            return rough
+        ids = np.sort(np.argpartition(rough, -RESCORE, axis=1)[:, -RESCORE:], axis=1).astype(np.int32)
+        return ops.masked_logits(self.token_embd, ids, zn, self.n_vocab)
 
 
-def load_assistant(f: GGUFFile, ops: Ops, target: object, requantize: bool = True) -> Assistant:
+def load_assistant(f: GGUFFile, ops: Ops, target: object, requantize: bool = True,
+                   coarse: bool | None = None) -> Assistant:
     """The drafter in `f` bound to `target`; ProviderError when `f` is no gemma4-assistant or does not match."""
-    return ops.bind(Assistant(f, ops, target, requantize))  # type: ignore[arg-type]
+    return ops.bind(Assistant(f, ops, target, requantize, coarse))  # type: ignore[arg-type]

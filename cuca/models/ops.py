@@ -49,7 +49,7 @@ class Ops:
     """The kernel implementation (`k`, a module) and thread count (`threads`, 0 = every core) a model runs with."""
 
     requantize_drafters = True  # a drafter file's float matrices are stored as Q8_0 (it only proposes)
-    coarse_draft_heads = True  # an in-trunk drafter ranks its vocabulary with a Q4_0 copy of the head (mtp.py)
+    coarse_draft_heads = True  # drafters rank the vocabulary with a Q4_0 copy of the head (mtp.py, gemma4_assistant.py)
     relocatable_states = True  # a hybrid cache may swap its live recurrent state for a snapshot slot on rollback
 
     def __init__(self, threads: int = 0, impl: ModuleType | None = None):

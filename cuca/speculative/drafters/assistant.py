@@ -52,7 +52,7 @@ class AssistantDrafter:
             return Proposal(chain(self.tok, self.h, pos, self.cache, n), None)
         tok, h, tokens, qs = self.tok, self.h, [], []
         for _ in range(n):
-            logits, h = self.assistant.step(np.array([tok], np.int32), h, pos, self.cache)
+            logits, h = self.assistant.step(np.array([tok], np.int32), h, pos, self.cache, greedy=self.params.greedy)
             if self.params.greedy:
                 tok = greedy_token(logits[0])
             else:
