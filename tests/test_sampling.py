@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cuca.errors import ConfigError
-from cuca.sampling import SamplingParams, greedy_token, next_token, sample, to_probs
+from cuca.sampling import TOP_CHUNK, SamplingParams, greedy_token, next_token, sample, to_probs, top_ids
 
 LOGITS = np.log(np.array([0.1, 0.4, 0.2, 0.3], dtype=np.float64)).astype(np.float32)
 
@@ -74,3 +74,18 @@ def test_empirical_distribution_and_seed_reproducibility() -> None:
 def test_invalid_params_name_the_field(kw: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         SamplingParams(**kw)
+
+
+@pytest.mark.parametrize("n", [16 * TOP_CHUNK, 248320 // 1024 * 1024, 1000, 8])
+def test_top_ids_are_the_k_largest(n: int) -> None:
+    """top_ids (the drafters' candidates) equals a full selection: through the chunk maxima on large rows, where
+    every k largest value sits in one of the k chunks of largest maxima (a row's top values in one chunk too)."""
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((4, n)).astype(np.float32)
+    if n >= 16 * TOP_CHUNK:
+        x[1, 5 * TOP_CHUNK : 5 * TOP_CHUNK + 8] += 10.0  # all eight in one chunk
+        x[2, -1] = x[2, 0] = 50.0  # the ends
+    k = min(8, n)
+    want = np.sort(np.argsort(-x, axis=1, kind="stable")[:, :k], axis=1)
+    got = top_ids(x, k)
+    assert got.dtype == np.int32 and np.array_equal(got, want)

@@ -16,6 +16,7 @@ from gguf import GGMLQuantizationType
 
 from ..errors import ProviderError
 from ..gguf import GGUFFile
+from ..sampling import top_ids
 from .cache import KVCache
 from .config import dim, opt
 from .gemma4 import Config, QueryLayer, attn_spec, rope_freqs_of, sandwich_mlp
@@ -180,7 +181,7 @@ class Assistant:
         rough = self.coarse_embd(ops, zn)
         if not greedy:
             return rough
-        ids = np.sort(np.argpartition(rough, -RESCORE, axis=1)[:, -RESCORE:], axis=1).astype(np.int32)
+        ids = top_ids(rough, RESCORE)
         return ops.masked_logits(self.token_embd, ids, zn, self.n_vocab)
 
 

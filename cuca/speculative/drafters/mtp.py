@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError, ProviderError
-from ...sampling import SamplingParams, greedy_token, sample, to_probs
+from ...sampling import SamplingParams, greedy_token, sample, to_probs, top_ids
 from ..proposal import Proposal
 
 DRAFT_VOCAB = 65536
@@ -125,7 +125,7 @@ class MTPDrafter:
         logits = self.model.mtp_logits(h, self.n_rank, coarse=True)[0]
         if not self.params.greedy or logits.shape[0] <= RESCORE:
             return self._pick(logits)
-        ids = np.sort(np.argpartition(logits, -RESCORE)[-RESCORE:]).astype(np.int32)
+        ids = top_ids(logits[None], RESCORE)[0]
         return int(ids[greedy_token(self.model.mtp_logits_of(h, ids))]), None  # ties: the lowest id, as argmax
 
     def _pick(self, logits: np.ndarray) -> tuple[int, np.ndarray | None]:
