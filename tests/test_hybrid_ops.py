@@ -46,12 +46,15 @@ def _conv(impl, window, x, taps, nt=1):
     return out, raw, w
 
 
-@pytest.mark.parametrize("m,c,k", [(1, 6144, 4), (4, 40, 4), (7, 17, 1), (3, 16, 2), (0, 8, 3), (5, 33, 6)])
-def test_causal_conv_is_the_float32_tap_sum(impl, m, c, k):
-    """out = raw[0]*t0, then += raw[j]*tj in float32 (the numpy form the model used), bit for bit; the window
-    moves on to raw's last k-1 rows."""
+@pytest.mark.parametrize("nt", [1, 2])
+@pytest.mark.parametrize("m,c,k", [(1, 6144, 4), (4, 40, 4), (7, 17, 1), (3, 16, 2), (0, 8, 3), (5, 33, 6),
+                                   (2, 2500, 4)])
+def test_causal_conv_is_the_float32_tap_sum(impl, m, c, k, nt):
+    """out = raw[0]*t0, then += raw[j]*tj in float32 (the numpy form the model used), bit for bit, whatever the
+    threads (the C kernel shares channels out: 1,024 per item, 2,500 leaves a short last one); the window moves on
+    to raw's last k-1 rows."""
     window, x, taps = _conv_inputs(m, c, k)
-    out, raw, w = _conv(impl, window, x, taps)
+    out, raw, w = _conv(impl, window, x, taps, nt)
     want_raw = np.concatenate([window, x])
     want = want_raw[0:m] * taps[0]
     for j in range(1, k):

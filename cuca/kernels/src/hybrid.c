@@ -1,7 +1,8 @@
 /* The element-wise ops of the hybrid (Gated DeltaNet) layers: the depthwise causal conv with its window update,
  * the beta sigmoid and the softplus log-decay. Each output row is computed by the same operations wherever it
- * sits and whatever the thread count; threads only split whole rows. The conv is float products and sums in tap
- * order (the numpy form: out = raw[0]*t0, then out += raw[j]*tj); the gates are computed in double. */
+ * sits and whatever the thread count; threads split whole rows (the conv: blocks of channels). The conv is float
+ * products and sums in tap order (the numpy form: out = raw[0]*t0, then out += raw[j]*tj); the gates are computed
+ * in double. */
 #include <math.h>
 #include <string.h>
 
@@ -19,34 +20,50 @@ static int hy_threads(int n_threads, int64_t rows, int64_t n) {
     return rows < nt ? (int)rows : nt;
 }
 
-static void conv_item(void *ctx, int64_t i, int tid) {
-    const cuca_causal_conv_args *A = (const cuca_causal_conv_args *)ctx;
+/* channels per item of the conv: a few rows' conv is memory latency (the windows and taps of 18 layers come cold),
+ * so the channels are shared out, each item doing its columns of the copies, the conv and the window update; a
+ * column's result never depends on the split */
+#define HY_CONV_CH 1024
+
+typedef struct {
+    const cuca_causal_conv_args *a;
+    int64_t nch;
+} conv_job;
+
+static void conv_item(void *ctx, int64_t it, int tid) {
+    const conv_job *J = (const conv_job *)ctx;
+    const cuca_causal_conv_args *A = J->a;
     (void)tid;
-    const int64_t C = A->C;
-    float *y = A->out + i * A->o_s0;
-    for (int64_t c = 0; c < C; c += VL) {
-        const int t = C - c < VL ? (int)(C - c) : VL;
-        vf acc = v_zero();
-        for (int j = 0; j < A->K; ++j) {
-            const float *r = A->raw + (i + j) * A->r_s0 + c, *w = A->taps + j * A->t_s0 + c;
-            const vf p = t == VL ? v_mul(v_load(r), v_load(w)) : v_mul(v_load_n(r, t), v_load_n(w, t));
-            acc = j == 0 ? p : v_add(acc, p);
+    const int64_t W = A->K - 1, c0 = it * HY_CONV_CH, c1 = c0 + HY_CONV_CH < A->C ? c0 + HY_CONV_CH : A->C;
+    const size_t nb = sizeof(float) * (size_t)(c1 - c0);
+    for (int64_t r = 0; r < W; ++r) memcpy(A->raw + r * A->r_s0 + c0, A->window + r * A->w_s0 + c0, nb);
+    for (int64_t r = 0; r < A->M; ++r) memcpy(A->raw + (W + r) * A->r_s0 + c0, A->x + r * A->x_s0 + c0, nb);
+    for (int64_t i = 0; i < A->M; ++i) {
+        float *y = A->out + i * A->o_s0;
+        for (int64_t c = c0; c < c1; c += VL) {
+            const int t = c1 - c < VL ? (int)(c1 - c) : VL;
+            vf acc = v_zero();
+            for (int j = 0; j < A->K; ++j) {
+                const float *r = A->raw + (i + j) * A->r_s0 + c, *w = A->taps + j * A->t_s0 + c;
+                const vf p = t == VL ? v_mul(v_load(r), v_load(w)) : v_mul(v_load_n(r, t), v_load_n(w, t));
+                acc = j == 0 ? p : v_add(acc, p);
+            }
+            if (t == VL)
+                v_store(y + c, acc);
+            else
+                v_store_n(y + c, acc, t);
         }
-        if (t == VL)
-            v_store(y + c, acc);
-        else
-            v_store_n(y + c, acc, t);
     }
+    for (int64_t r = 0; r < W; ++r) memcpy(A->window + r * A->w_s0 + c0, A->raw + (A->M + r) * A->r_s0 + c0, nb);
 }
 
 int cuca_causal_conv_f32(const cuca_causal_conv_args *a) {
     if (a->M < 0 || a->C < 1 || a->K < 1) return CUCA_EINVAL;
-    const int64_t W = a->K - 1, C = a->C;
-    for (int64_t r = 0; r < W; ++r) memcpy(a->raw + r * a->r_s0, a->window + r * a->w_s0, sizeof(float) * C);
-    for (int64_t r = 0; r < a->M; ++r) memcpy(a->raw + (W + r) * a->r_s0, a->x + r * a->x_s0, sizeof(float) * C);
-    /* a decode or verify batch (a few rows) is microseconds of work: one thread, no hand-off */
-    cuca_pool_run(hy_threads(a->n_threads, a->M, C * a->K / 32), a->M, 1, conv_item, (void *)a);
-    for (int64_t r = 0; r < W; ++r) memcpy(a->window + r * a->w_s0, a->raw + (a->M + r) * a->r_s0, sizeof(float) * C);
+    const int64_t nch = (a->C + HY_CONV_CH - 1) / HY_CONV_CH;
+    conv_job J = {a, nch};
+    int nt = a->n_threads > 0 ? a->n_threads : cuca_pool_default_threads();
+    if (nch < 2 || (a->M + a->K) * a->C < 8192) nt = 1; /* a few thousand floats: not worth a hand-off */
+    cuca_pool_run(nt, nch, (nch + nt - 1) / nt, conv_item, &J);
     return CUCA_OK;
 }
 
