@@ -32,9 +32,9 @@ def main() -> None:
     a = ap.parse_args()
     b = Bench(a.file, a.drafter, draft_tokens=3, threads=a.threads)
     drafter = b.lm.drafter
-    assistant = getattr(drafter, "assistant", None)
+    assistant = getattr(drafter, "assistant", None)  # the Gemma 4 assistant, else the MTP drafter
     rough = getattr(assistant, "coarse_embd", None)
-    if not (rough is not None if assistant is not None else getattr(drafter, "coarse", False)):
+    if (rough is None) if assistant is not None else not drafter.coarse:
         raise SystemExit(f"{a.file}: no coarse copy of the draft head (small head, or a backend without one)")
 
     def use_coarse(on: bool) -> None:

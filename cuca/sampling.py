@@ -64,9 +64,10 @@ def top_ids(x: np.ndarray, k: int) -> np.ndarray:
     chunk maxima and a selection runs over k chunks only: k = 8 of 262,144 values in 62 us, np.argpartition 359 us."""
     m, n = x.shape
     c = TOP_CHUNK
-    if k <= 0 or n % c or n < 4 * k * c:
-        ids = np.argpartition(x, -k, axis=1)[:, -k:] if 0 < k < n else np.tile(np.arange(n), (m, 1))
-        return np.sort(ids, axis=1).astype(np.int32)
+    if k <= 0 or k >= n:
+        return np.tile(np.arange(min(max(k, 0), n), dtype=np.int32), (m, 1))
+    if n % c or n < 4 * k * c:
+        return np.sort(np.argpartition(x, -k, axis=1)[:, -k:], axis=1).astype(np.int32)
     blocks = x.reshape(m, n // c, c)
     top = np.argpartition(blocks.max(axis=2), -k, axis=1)[:, -k:]  # (m, k) chunks
     rows = np.arange(m)[:, None]

@@ -21,7 +21,7 @@ import cuca.models.gemma4_assistant as ga
 from cuca.errors import GGUFError, ProviderError
 from cuca.gguf import GGUFFile, open_gguf
 from cuca.kernels import implementations
-from cuca.models import load_model
+from cuca.models import layers, load_model
 from cuca.models.gemma4_assistant import load_assistant
 from cuca.models.layers import Ops
 from cuca.sampling import SamplingParams
@@ -319,7 +319,7 @@ def test_assistant_coarse_head(files: dict[str, Path], target, monkeypatch) -> N
     and where the backend says so."""
     f = open_gguf(files["drafter_f16"])
     assert load_assistant(f, target.ops, target).coarse_embd is None
-    monkeypatch.setattr(ga, "COARSE_MIN_WEIGHTS", 0)
+    monkeypatch.setattr(layers, "COARSE_MIN_WEIGHTS", 0)
     a = load_assistant(f, target.ops, target)
     assert a.coarse_embd is not None and a.coarse_embd.wtype == Q.Q4_0
     assert (a.coarse_embd.n_out, a.coarse_embd.n_in) == (a.token_embd.n_out, a.token_embd.n_in)
@@ -345,7 +345,7 @@ def test_assistant_coarse_head(files: dict[str, Path], target, monkeypatch) -> N
 @pytest.mark.parametrize("k", [1, 3])
 def test_assistant_coarse_drafts_equal_the_dense_ones(files: dict[str, Path], monkeypatch, k: int) -> None:
     """Speculation with the coarse-ranked drafter equals plain decoding, with the dense drafter's acceptance."""
-    monkeypatch.setattr(ga, "COARSE_MIN_WEIGHTS", 0)
+    monkeypatch.setattr(layers, "COARSE_MIN_WEIGHTS", 0)
     tgt = load_model(open_gguf(files["target"]), Ops(2))
     stats = []
     for coarse in (True, False):

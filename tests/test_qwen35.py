@@ -18,7 +18,7 @@ from cuca.engine import Engine, Generation  # noqa: E402
 from cuca.errors import ConfigError, GGUFError, ProviderError  # noqa: E402
 from cuca.gguf import open_gguf  # noqa: E402
 from cuca.kernels import implementations  # noqa: E402
-from cuca.models import load_model, qwen35  # noqa: E402
+from cuca.models import layers, load_model  # noqa: E402
 from cuca.models.deltanet_state import L2_EPS, gdn_chunked  # noqa: E402
 from cuca.models.layers import Ops  # noqa: E402
 from cuca.quants import Q4_0  # noqa: E402
@@ -291,7 +291,7 @@ def test_coarse_head_drafts_the_heads_own_argmax(model, golden, monkeypatch) -> 
     itself) drafts the golden chain of the head; its logits are the copy's; the rescored ids get the head's own
     bits. Off by default below COARSE_MIN_WEIGHTS (the tiny head) and where the backend says so."""
     assert not MTPDrafter(model, 64, draft_vocab=S.DRAFT_VOCAB_TINY).coarse
-    monkeypatch.setattr(qwen35, "COARSE_MIN_WEIGHTS", 0)
+    monkeypatch.setattr(layers, "COARSE_MIN_WEIGHTS", 0)
     n_rank = S.DRAFT_VOCAB_TINY
     coarse = model.mtp.coarse_rows(n_rank)
     assert coarse is not None and coarse.wtype == Q4_0 and (coarse.n_out, coarse.n_in) == (n_rank, model.c.n_embd)
@@ -334,7 +334,7 @@ def test_coarse_head_drafts_the_heads_own_argmax(model, golden, monkeypatch) -> 
 def test_coarse_drafter_greedy_equals_plain(copy_model, monkeypatch, k: int) -> None:
     """Speculation with the coarse drafter: the output and the trunk state equal plain decoding; the drafts are
     the exact drafter's, so are the acceptance counts."""
-    monkeypatch.setattr(qwen35, "COARSE_MIN_WEIGHTS", 0)
+    monkeypatch.setattr(layers, "COARSE_MIN_WEIGHTS", 0)
     for prompt in PROMPTS:
         want, peng = _plain(copy_model, prompt, 40)
         runs = [_spec(copy_model, prompt, 40, MTPDrafter(copy_model, 128, draft_vocab=S.DRAFT_VOCAB_TINY,
@@ -346,7 +346,7 @@ def test_coarse_drafter_greedy_equals_plain(copy_model, monkeypatch, k: int) -> 
 
 
 def test_coarse_sampled_drafts_come_from_the_coarse_logits(model, monkeypatch) -> None:
-    monkeypatch.setattr(qwen35, "COARSE_MIN_WEIGHTS", 0)
+    monkeypatch.setattr(layers, "COARSE_MIN_WEIGHTS", 0)
     prompt = PROMPTS[0]
     hid = model.forward_hidden(np.array(prompt, np.int32), _pos(0, len(prompt)), Engine(model, 64).cache)
     params = SamplingParams(temperature=0.8, top_k=20)

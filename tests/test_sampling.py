@@ -89,3 +89,10 @@ def test_top_ids_are_the_k_largest(n: int) -> None:
     want = np.sort(np.argsort(-x, axis=1, kind="stable")[:, :k], axis=1)
     got = top_ids(x, k)
     assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+def test_top_ids_edges() -> None:
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    assert top_ids(x, 0).shape == (2, 0)
+    assert np.array_equal(top_ids(x, 9), np.tile(np.arange(6, dtype=np.int32), (2, 1)))
+    assert np.array_equal(top_ids(x, 2), [[4, 5], [4, 5]])

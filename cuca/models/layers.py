@@ -98,6 +98,21 @@ def vector(f: GGUFFile, name: str, n: int) -> np.ndarray:
     return float_weight(f, name, (n,))
 
 
+# A drafter's coarse ranking (mtp.py, gemma4_assistant.py): a head of at least COARSE_MIN_WEIGHTS weights ranks the
+# vocabulary with a Q4_0 copy of itself, and a greedy draft rescores the copy's RESCORE best rows with the head
+COARSE_MIN_WEIGHTS = 1 << 22  # smaller heads (tiny files) cost little: no copy
+RESCORE = 8
+
+
+def coarse_copy(w: Linear) -> Linear | None:
+    """The Q4_0 ranking copy of a drafter head w (Linear.as_q4_0, made now), or None where w is smaller than
+    COARSE_MIN_WEIGHTS or in a format as_q4_0 keeps as it is."""
+    if w.n_out * w.n_in < COARSE_MIN_WEIGHTS:
+        return None
+    rough = w.as_q4_0()
+    return None if rough is w else rough
+
+
 def requantize(obj: Any) -> None:
     """Store every float `Linear` of obj (and of the blocks it holds) as Q8_0."""
     for name, v in vars(obj).items():

@@ -36,7 +36,7 @@ from .config import (
     req,
 )
 from .deltanet_state import L2_EPS, HybridCache
-from .layers import Attention, AttnSpec, GatedMLP, Linear, Mask, Ops, Rope, linear, output_head, vector
+from .layers import Attention, AttnSpec, GatedMLP, Linear, Mask, Ops, Rope, coarse_copy, linear, output_head, vector
 
 
 @dataclass(frozen=True)
@@ -163,10 +163,6 @@ class GDNBlock:
         self.ffn = GatedMLP(f, p, c.n_embd, c.n_ff, act="silu")
 
 
-# a head smaller than this (weights) keeps no coarse copy: tiny files, where the full head costs little
-COARSE_MIN_WEIGHTS = 1 << 22
-
-
 class MTPHead:
     """The nextn block: (token, hidden) -> eh_proj([enorm(embed), hnorm(hidden)]) -> gated-attention block ->
     shared_head_norm. Embedding and head fall back to the trunk's token_embd; the head norm to output_norm."""
@@ -199,16 +195,13 @@ class MTPHead:
 
     def coarse_rows(self, n: int) -> Linear | None:
         """A Q4_0 copy of `head_rows(n)`, made once (about 0.9 s and 38 MB for Qwen 3.5 0.8B's 65,536 x 1024
-        Q8_0 rows); None where the head is not Q8_0 or float, or smaller than COARSE_MIN_WEIGHTS."""
-        rows = self.head_rows(n)
-        if rows.n_out * rows.n_in < COARSE_MIN_WEIGHTS:
-            return None
+        Q8_0 rows); None where `layers.coarse_copy` makes none (a small head, or one not Q8_0 or float)."""
         key = -n  # beside head_rows' entries in the same cache
         if key not in self._heads:
-            coarse = rows.as_q4_0()
-            if coarse is rows:
+            rough = coarse_copy(self.head_rows(n))
+            if rough is None:
                 return None
-            self._heads[key] = coarse
+            self._heads[key] = rough
         return self._heads[key]
 
 

@@ -25,14 +25,8 @@ static int hy_threads(int n_threads, int64_t rows, int64_t n) {
  * column's result never depends on the split */
 #define HY_CONV_CH 1024
 
-typedef struct {
-    const cuca_causal_conv_args *a;
-    int64_t nch;
-} conv_job;
-
 static void conv_item(void *ctx, int64_t it, int tid) {
-    const conv_job *J = (const conv_job *)ctx;
-    const cuca_causal_conv_args *A = J->a;
+    const cuca_causal_conv_args *A = (const cuca_causal_conv_args *)ctx;
     (void)tid;
     const int64_t W = A->K - 1, c0 = it * HY_CONV_CH, c1 = c0 + HY_CONV_CH < A->C ? c0 + HY_CONV_CH : A->C;
     const size_t nb = sizeof(float) * (size_t)(c1 - c0);
@@ -60,10 +54,9 @@ static void conv_item(void *ctx, int64_t it, int tid) {
 int cuca_causal_conv_f32(const cuca_causal_conv_args *a) {
     if (a->M < 0 || a->C < 1 || a->K < 1) return CUCA_EINVAL;
     const int64_t nch = (a->C + HY_CONV_CH - 1) / HY_CONV_CH;
-    conv_job J = {a, nch};
     int nt = a->n_threads > 0 ? a->n_threads : cuca_pool_default_threads();
     if (nch < 2 || (a->M + a->K) * a->C < 8192) nt = 1; /* a few thousand floats: not worth a hand-off */
-    cuca_pool_run(nt, nch, (nch + nt - 1) / nt, conv_item, &J);
+    cuca_pool_run(nt, nch, (nch + nt - 1) / nt, conv_item, (void *)a);
     return CUCA_OK;
 }
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError, ProviderError
+from ...models.layers import RESCORE  # coarse candidates a greedy draft rescores with the head itself
 from ...sampling import SamplingParams, greedy_token, sample, to_probs, top_ids
 from ..proposal import Proposal
 
@@ -34,7 +35,6 @@ DRAFT_VOCAB = 65536
 # that computes only their K/V (and the last row's output): while the governor keeps drafting off, keeping the
 # head level costs its eh_proj and K/V projections per token.
 FLUSH_ROWS = 64
-RESCORE = 8  # coarse candidates a greedy draft rescores with the head itself
 
 
 class MTPDrafter:
