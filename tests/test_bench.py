@@ -12,6 +12,7 @@ import pytest
 from synth_gemma4 import write_gemma4, write_gemma4_assistant
 
 from cuca import bench as B
+from cuca.speculative.governor import AlwaysDraft, SpeedGovernor
 from cuca.speculative.proposal import Proposal
 
 
@@ -287,7 +288,36 @@ def test_categories_paired_speedup_is_the_median_of_per_request_ratios() -> None
             return B.Run(next(self.spec_tps), [7])
 
     res = B.run_categories(Timed(), {"code": ["a", "b"]}, B.Workload(max_tokens=4),  # type: ignore[arg-type]
-                           governed=False)
+                           governed=False, warmup=0)
     c = res["categories"]["code"]
     assert c["speedup_paired"] == pytest.approx(1.55) and c["speedup"] == pytest.approx(65 / 55, abs=1e-3)
     assert res["exact"] is True
+
+
+def test_categories_warm_up_is_untimed_and_on_the_longest_prompt() -> None:
+    """The warm-up requests (a plain and a speculative one per `warmup`) run first, on the longest prompt, with a
+    governor of their own, and their rates appear in no figure."""
+    seen: list[tuple[str, int, object]] = []
+
+    class Timed:
+        def __init__(self) -> None:
+            self.plain_tps, self.spec_tps = iter([1.0, 10.0, 20.0]), iter([1.0, 30.0, 40.0])
+
+        def encode(self, text: str) -> list[int]:
+            return [1] * len(text)
+
+        def plain(self, ids: list[int], max_tokens: int) -> B.Run:
+            seen.append(("plain", len(ids), None))
+            return B.Run(next(self.plain_tps), [7])
+
+        def spec(self, ids: list[int], max_tokens: int, governor: object, control: object = None) -> B.Run:
+            seen.append(("spec", len(ids), governor))
+            return B.Run(next(self.spec_tps), [7])
+
+    res = B.run_categories(Timed(), {"code": ["a"], "list": ["bbb"]}, B.Workload(max_tokens=4),  # type: ignore[arg-type]
+                           governed=True, warmup=1)
+    assert [k for k, _, _ in seen[:2]] == ["plain", "spec"] and seen[0][1] == seen[1][1] == 3
+    assert isinstance(seen[1][2], AlwaysDraft) and isinstance(seen[3][2], SpeedGovernor)
+    cats = res["categories"]
+    assert cats["code"]["plain_tps"] == 10.0 and cats["code"]["spec_tps"] == 30.0 and cats["list"]["spec_tps"] == 40.0
+    assert res["warmup_requests"] == 1 and len(seen) == 6

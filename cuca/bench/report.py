@@ -201,6 +201,9 @@ def format_report(res: dict[str, Any]) -> str:
     if "exact" in res:
         lines.append(f"greedy output equal to plain decoding: {res['exact']}; governed: {res.get('governed')}; "
                      f"governor decisions (kind, round, length): {res.get('governor_events')}")
+        if res.get("warmup_requests"):
+            lines.append(f"timed after {res['warmup_requests']} untimed warm-up request(s) (plain and speculative, "
+                         f"longest prompt, a governor of their own) that first touch the memory the runs use")
     gm = res.get("governor")
     if gm:
         lines.append(f"governor model at the end: cost per round ms {gm['cost_ms']}, acceptance per position "
