@@ -298,7 +298,8 @@ def run_categories(b: Bench, prompts: dict[str, list[str]], work: Workload, gove
     governor serves every speculative request (as a LocalModel keeps it across requests). First, `warmup` untimed
     plain and speculative requests on the longest prompt (drafting every round, a governor of their own: the table's
     starts cold) touch the memory the runs use: the first touch of fresh memory is not a per-request cost (on the
-    2-core VM this was measured on, ~2.5 ms per MB: Qwen 3.5's first speculative request 45 tok/s, later ones 55)."""
+    2-core VM this was measured on, ~2.5 ms per MB: Qwen 3.5's first speculative request 45 tok/s, later ones 55;
+    AVX-512, 2 threads, cuca vs cuca)."""
     reps, max_tokens = work.reps, work.max_tokens
     texts_all = [t for ts in prompts.values() for t in ts]
     if warmup > 0 and texts_all:

@@ -172,12 +172,15 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
                     _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mk, idx, cb + 2, 1)));
         } else {
             /* packed.h: on AMD, 1- and 2-row passes leave the stream to the hardware. Each line's prefetch sits
-             * behind its own test and the distance is read at run time: on Sapphire Rapids this form ran M = 1 Q4_0
-             * at 1.10x the speed of 9 straight prefetches at a constant distance (and Q8_0 M = 4 at 1.13x; whole
-             * decode 1.06-1.09x), which moving, spacing or re-hinting the straight ones did not give (2 threads) */
+             * behind its own test and the distance is read at run time: on Sapphire Rapids (2 threads, cold, cuca
+             * vs cuca) this form ran Q4_0 M = 1 at 1.13x the speed of 9 straight prefetches at a constant distance,
+             * Q8_0 M = 4 at 1.11x, whole decode 1.06-1.09x; moving, spacing or re-hinting the straight ones, the
+             * run-time distance alone or the test alone gave none of it. A code-generation effect whose cause is
+             * not known: recheck it when the compiler changes (benchmarks/bench_kernels.py --cold-mb 1024). */
             if (nr >= pk_pf_rows)
                 for (int o = 0; o <= 64 * nt; o += 64)
-                    if ((((uintptr_t)cb + o) & (pk_pf_step - 1)) < 64) _mm_prefetch((const char *)cb + pk_pf_dist + o, _MM_HINT_T1);
+                    if ((((uintptr_t)cb + o) & (pk_pf_step - 1)) < 64)
+                        _mm_prefetch((const char *)cb + pk_pf_dist + o, _MM_HINT_T1);
             for (int t = 0; t < nt; t++) v[t] = _mm512_loadu_si512(cb + 64 * t);
             dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + so)));
             if (hm) mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + so + 32)));
