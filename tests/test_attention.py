@@ -92,6 +92,22 @@ def test_sharp_softmax_and_large_scores():
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
 
 
+def test_probabilities_below_the_normal_floats_are_exactly_zero(impl):
+    # A key scoring 95 below the best has probability exp(-95) = 5.5e-42, a subnormal float; the kernels make it
+    # exactly 0 instead (a subnormal operand costs a microcode assist in every later multiply: hd-512 attention
+    # ran 9x slower). With that key's V at 1e30 a subnormal would leave 5.5e-12 in the output.
+    q = np.zeros((1, 2, 16), np.float32)
+    q[0, :, 0] = 1.0
+    k = np.zeros((1, 4, 16), np.float32)
+    v = np.zeros((1, 4, 16), np.float32)
+    k[0, 1, 0], v[0, 1, :] = -95.0, 1e30  # scores 0, -95, -87, 0 with scale 1
+    k[0, 2, 0], v[0, 2, :] = -87.0, 1.0
+    out = _run(impl, q, (k, v), [3], (4, 0, 1.0, 0.0))
+    assert np.isfinite(out).all()
+    # key 2 (exp(-87) = 1.65e-38, normal) still counts: its share over the three surviving weights
+    np.testing.assert_allclose(out[0, :, :], np.exp(-87.0) / (2 + np.exp(-87.0)), rtol=1e-5)
+
+
 def test_window_one_and_first_position(impl):
     # window 1: each row sees only its own key, so out = v[pos]; position 0 sees only key 0 too
     rng = np.random.default_rng(2)

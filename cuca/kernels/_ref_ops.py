@@ -94,6 +94,9 @@ _INT_MAX = 2**31 - 1
 
 
 # ---------------------------------------------------------------------------------------------- attention
+EXP_LO = -87.33  # VM_EXP_LO of vmath.h: exp(x) below it is exactly 0 (exp(-87.33) = 1.18e-38, still normal)
+
+
 def attention(q, k_cache, v_cache, q_pos, n_kv, window, scale, softcap, out, n_threads=0) -> None:
     """Causal (sliding-window when window > 0) grouped-query attention of q over the first n_kv cache
     positions, written to out; the caches hold float32 or float16. See the C kernel for the exact contract."""
@@ -145,7 +148,7 @@ def attention(q, k_cache, v_cache, q_pos, n_kv, window, scale, softcap, out, n_t
         if softcap > 0:
             s = softcap * np.tanh(s / softcap)
         s -= s.max(axis=-1, keepdims=True)
-        pr = np.exp(s)
+        pr = np.where(s < EXP_LO, 0.0, np.exp(s))  # the kernels' exp is exactly 0 there, never subnormal
         pr /= pr.sum(axis=-1, keepdims=True)
         out[i] = np.einsum("kgl,kld->kgd", pr, vv).reshape(H, Dv)
 
