@@ -20,11 +20,15 @@
 #include "packed.h"
 
 #if defined(CUCA_AVX2)
-/* the prefetch distance of the CPU the AVX2 build runs on (packed.h says why), set once at load */
+/* the prefetch distance of the CPU the AVX2 build runs on (packed.h says why), set once at load; CUCA_PK_PF (bytes)
+ * may override it */
 int cuca_pk_pf = 2048;
 __attribute__((constructor)) static void pk_pf_init(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) cuca_pk_pf = 8192;
+    if (__builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f")) cuca_pk_pf = 8192;
+    const char *e = getenv("CUCA_PK_PF");
+    const int d = e ? atoi(e) : 0;
+    if (d >= 512 && d <= 65536) cuca_pk_pf = d;
 }
 #elif defined(CUCA_AVX512)
 /* the fewest x rows at which the 32-block kernel prefetches, by the CPU (packed.h says why); its prefetch distance

@@ -10,8 +10,11 @@
  * (Zen 4): 8 KiB (4 / 16 KiB and NTA: 1.04-1.06x its time). AVX2 on a CPU without AVX-512 (Zen 3): 2 KiB, 0.93x the
  * time of 8 KiB on Q4_0 12288x1536 (3 runs), 0.94-0.97x on Q6_K and Q4_0 1536x6144, Q8_0 on par; whole decode 1.09x
  * the speed on the Gemma 4 E2B file, 1.04x Qwen 3.5 0.8B (cuca vs cuca, one process, interleaved). The AVX2 build on
- * a CPU that has AVX-512 (Zen 4) takes 8 KiB, chosen at load (cuca_pk_pf): 0.88x the time of 2 KiB on Q4_0
- * 12288x1536, whole decode 1.21x the speed on E2B and 1.36x on Qwen 3.5 (same method). Raw rows (R streams at once)
+ * an AMD CPU that has AVX-512 (Zen 4) takes 8 KiB, chosen at load (cuca_pk_pf): 0.88x the time of 2 KiB on Q4_0
+ * 12288x1536, whole decode 1.21x the speed on E2B and 1.36x on Qwen 3.5 (same method). On Intel (Sapphire Rapids)
+ * the AVX2 build keeps 2 KiB: whole decode 1.05-1.06x the speed of 8 KiB on E2B, 1.01-1.08x on Qwen 3.5 (medians
+ * of 3 interleaved process pairs, two runs each), 1.02-1.08x on Gemma 3 (2 pairs); the E2B head (Q6_K) 0.90x the time
+ * and its Q4_0 FFN 0.94x (2 threads, cuca vs cuca). Raw rows (R streams at once)
  * are prefetched CUCA_PREFETCH ahead. On AMD the AVX-512 32-block kernel (matmul_p.c) prefetches only when it reads
  * 3 or more x rows: at 1-2 rows (Zen 4) its few instructions per line keep enough loads in flight, and the prefetches
  * only take miss buffers (M = 1: Q4_0 12288x1536 1 thread 19.0 -> 27.2 GB/s, 2 threads 37.7 -> 42.0 at 6144x1536; Q8_0
