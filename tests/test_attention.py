@@ -95,7 +95,7 @@ def test_sharp_softmax_and_large_scores():
 def test_probabilities_below_the_normal_floats_are_exactly_zero(impl):
     # A key scoring 95 below the best has probability exp(-95) = 5.5e-42, a subnormal float; the kernels make it
     # exactly 0 instead (a subnormal operand costs a microcode assist in every later multiply: hd-512 attention
-    # ran 9x slower). With that key's V at 1e30 a subnormal would leave 5.5e-12 in the output.
+    # ran 5-6x slower). With that key's V at 1e30 a subnormal would leave 5.5e-12 in the output.
     q = np.zeros((1, 2, 16), np.float32)
     q[0, :, 0] = 1.0
     k = np.zeros((1, 4, 16), np.float32)
