@@ -33,7 +33,7 @@
 #define ATT_RMAX 64             /* (row, head) pairs per work item */
 #define ATT_RC 4                /* (row, head) pairs sharing one pass over V */
 #define ATT_PAR_MIN (1 << 19)   /* multiply-adds below which a call runs on one thread ... */
-#define ATT_PAR_BYTES 65536.0   /* ... and K/V cache bytes (SmolLM2 decode reads 312 KiB a layer) */
+#define ATT_PAR_BYTES 65536     /* ... and K/V cache bytes (SmolLM2 decode reads 312 KiB a layer) */
 #define ATT_PF_BYTES 65536     /* K/V bytes of a block up to which it is prefetched */
 #define ATT_TK 4                /* keys per dot-product tile */
 #define ATT_TQ (VL / ATT_TK)    /* queries per dot-product tile */
@@ -218,9 +218,9 @@ CUCA_INLINE void att_superblock_t(const att_args *A, att_ws *W, int g, int R, in
             khi = imax(khi, hi);
         }
         if (nra == 0) continue;
-        /* a small block's K and V rows requested up front: SmolLM2 decode (hd 64) 1.07x the speed with the
-         * threads of ATT_PAR_BYTES, 1.21x with both; E2B's 256-512 KiB blocks ran 3-8% slower at M = 4 with it
-         * (AVX-512, 2 threads, cuca vs cuca) */
+        /* a small block's K and V rows requested up front: SmolLM2 decode (hd 64, 200-500 positions) 1.16x the
+         * speed with the threads of ATT_PAR_BYTES alone, 1.15-1.21x with both; E2B's 256-512 KiB blocks ran 3-8%
+         * slower at M = 4 with it (AVX-512, 2 threads, cuca vs cuca) */
         if ((size_t)(khi - klo) * (size_t)(D + Dv) * es <= ATT_PF_BYTES) {
             att_prefetch(kh + (ptrdiff_t)klo * D * (ptrdiff_t)es, (size_t)(khi - klo) * D * es);
             att_prefetch(vh + (ptrdiff_t)klo * Dv * (ptrdiff_t)es, (size_t)(khi - klo) * Dv * es);

@@ -46,7 +46,7 @@ int cuca_qk_layout(int wtype) {
  * set once at load. AMD (Zen 4): 8 KiB, on the E2B Q6_K head (AVX-512, 2 threads, interleaved A/B) 5-8% faster at
  * M = 1 and 4 than 1 KiB ahead into L1; AVX2 Q4_K (Gemma 3) unchanged. Intel (Sapphire Rapids): 3 KiB, that head
  * 0.92x the time of 8 KiB at M = 1 (3 rounds), 0.98x at M = 4, whole E2B decode 1.03x the speed, Gemma 3 on par
- * (4 pairs; AVX-512, 2 threads, cuca vs cuca). */
+ * (4 pairs; AVX-512, 2 threads, cuca vs cuca). The AVX2 build's Q5_K takes the same distances, not measured there. */
 static int kq_pf_dist = 3072;
 __attribute__((constructor)) static void kq_pf_init(void) {
     __builtin_cpu_init();

@@ -19,28 +19,33 @@
 
 #include "packed.h"
 
+#if defined(CUCA_AVX2) || defined(CUCA_AVX512)
+/* the packed kernels' prefetch distance in bytes: CUCA_PK_PF (512 .. 65536) where set, else dflt */
+static int pk_pf_env(int dflt) {
+    const char *e = getenv("CUCA_PK_PF");
+    const int d = e ? atoi(e) : 0;
+    return d >= 512 && d <= 65536 ? d : dflt;
+}
+#endif
+
 #if defined(CUCA_AVX2)
-/* the prefetch distance of the CPU the AVX2 build runs on (packed.h says why), set once at load; CUCA_PK_PF (bytes)
- * may override it */
+/* the prefetch distance of the CPU the AVX2 build runs on (packed.h says why), set once at load */
 int cuca_pk_pf = 2048;
 __attribute__((constructor)) static void pk_pf_init(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f")) cuca_pk_pf = 8192;
-    const char *e = getenv("CUCA_PK_PF");
-    const int d = e ? atoi(e) : 0;
-    if (d >= 512 && d <= 65536) cuca_pk_pf = d;
+    cuca_pk_pf = pk_pf_env(__builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f") ? 8192 : 2048);
 }
 #elif defined(CUCA_AVX512)
 /* the fewest x rows at which the 32-block kernel prefetches, by the CPU (packed.h says why); its prefetch distance
- * and one prefetch per pk_pf_step bytes (64: every line), both bytes, CUCA_PK_PF / CUCA_PK_PF_STEP may override
- * them; set once at load */
+ * and one prefetch per pk_pf_step bytes (64: every line), both bytes, CUCA_PK_PF_STEP may override the step; set
+ * once at load */
 static int pk_pf_rows = 1, pk_pf_dist = PK_PF, pk_pf_step = 64;
 __attribute__((constructor)) static void pk_pf_init(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_is("amd")) pk_pf_rows = 3;
-    const char *e = getenv("CUCA_PK_PF"), *st = getenv("CUCA_PK_PF_STEP");
-    const int d = e ? atoi(e) : 0, k = st ? atoi(st) : 0;
-    if (d >= 512 && d <= 65536) pk_pf_dist = d;
+    pk_pf_dist = pk_pf_env(PK_PF);
+    const char *st = getenv("CUCA_PK_PF_STEP");
+    const int k = st ? atoi(st) : 0;
     if (k == 64 || k == 128 || k == 256) pk_pf_step = k;
 }
 #endif
