@@ -48,16 +48,17 @@ class Cycle:
 
     def __init__(self, lengths: list[int]):
         self.lengths, self.i = lengths, 0
-        self.rounds: list[tuple[int, int, int]] = []  # (room, length, accepted)
-        self._room = 0
+        self.rounds: list[tuple[int, int, int, int]] = []  # (room, length decided, drafts proposed, accepted)
+        self._room = self._asked = 0
 
     def decide(self, limit: int, force: bool = False) -> int:
         self._room, self.i = limit, self.i + 1
-        return min(self.lengths[(self.i - 1) % len(self.lengths)], limit)
+        self._asked = min(self.lengths[(self.i - 1) % len(self.lengths)], limit)
+        return self._asked
 
     def record(self, depth: int, accepted: int, seconds: float) -> None:
-        self.rounds.append((self._room, depth, accepted))
-        self._room = 0
+        self.rounds.append((self._room, self._asked, depth, accepted))
+        self._room = self._asked = 0
 
     def events_since(self, event_count: int) -> list[GovernorEvent]:
         return []

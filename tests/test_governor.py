@@ -408,3 +408,44 @@ def test_a_probe_with_accepted_drafts_runs_on_before_ruling_the_drafter_out() ->
         gov.record(depth, accepted, 0.014)
     assert gov.drafting and [e.kind for e in gov.events] == ["spec_off", "probe", "spec_on"]
     assert gov.events[-1].round == 4 + PROBE_FIRST + 4  # decided after four rounds, not two
+
+
+class LookupScript(Script):
+    """A prompt-lookup-shaped drafter: with probability `match` it proposes every draft asked for, else none (a
+    plain step's cost); the governor is told the drafts proposed, as the decoder does."""
+
+    def __init__(self, cost: Callable[[int], float], accept: Sequence[float], match: float, seed: int = 0):
+        super().__init__(cost, accept, seed)
+        self.match = match
+
+    def round(self, gov: SpeedGovernor, limit: int = 3, force: bool = False) -> int:
+        asked = gov.decide(limit, force)
+        k = asked if asked and self.rng.random() < self.match else 0
+        accepted = 0
+        while accepted < k and self.rng.random() < self.accept[accepted]:
+            accepted += 1
+        seconds = self.cost(k)
+        gov.record(k, accepted, seconds)
+        self.time += seconds
+        self.tokens += accepted + 1
+        return asked
+
+
+@pytest.mark.parametrize("match", [0.2, 0.4, 0.6])
+def test_a_lookup_that_often_finds_nothing_is_judged_on_the_rounds_it_drafts(match: float) -> None:
+    """Costs and acceptance are keyed by the drafts proposed: rounds where the lookup found nothing are plain steps,
+    not cheap rounds at the length asked for. Keyed by the length asked, a lookup matching under half the time
+    had the median cost of its length be a plain step's, so drafting looked free and ran at a loss (SmolLM2's list
+    prompts). Here a matched round's verify costs 1.6-2.0 plain steps and its drafts are accepted 20 % of the time:
+    drafting must stop (governed >= 0.98x plain); at 90 % it must pay, within 4 % of drafting every round (keyed by
+    the length asked, 8-5 % below it at 20-40 % matches)."""
+    def tps(gov: SpeedGovernor | AlwaysDraft, limit: int, accept: float) -> float:
+        s = LookupScript(lambda k: 0.004 * (1.0, 1.6, 1.8, 2.0)[k], [accept] * 3, match, seed=5)
+        for _ in range(800):
+            s.round(gov, limit)  # type: ignore[arg-type]
+        return s.tokens / s.time
+
+    plain = tps(AlwaysDraft(), 0, 0.2)
+    assert tps(SpeedGovernor(), 3, 0.2) >= 0.98 * plain
+    assert tps(AlwaysDraft(), 3, 0.9) > 1.1 * plain
+    assert tps(SpeedGovernor(), 3, 0.9) >= 0.96 * tps(AlwaysDraft(), 3, 0.9)

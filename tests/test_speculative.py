@@ -71,11 +71,22 @@ def test_variable_round_lengths_equal_plain(model, lengths: list[int]) -> None: 
             gov = Cycle(lengths)
             got, seng, _, stats = spec(model, prompt, 40, drafter, gov)  # type: ignore[arg-type]
             assert got == want and same_cache(peng, seng)
-            picked = [d for _, d, _ in gov.rounds]
-            assert sum(stats.rounds_per_depth) == len(gov.rounds) and all(d <= room for room, d, _ in gov.rounds)
+            picked = [d for _, d, _, _ in gov.rounds]
+            assert sum(stats.rounds_per_depth) == len(gov.rounds) and all(d <= room for room, d, _, _ in gov.rounds)
             assert stats.rounds_per_depth == [picked.count(d) for d in range(len(stats.rounds_per_depth))]
-            if isinstance(drafter, Scripted) and not drafter.wrong:
-                assert all(a == d for room, d, a in gov.rounds)  # every draft asked for was accepted
+            # the governor is told the drafts proposed (a lookup without a match: none), never more than decided
+            assert all(a <= n <= d for _, d, n, a in gov.rounds)
+            if isinstance(drafter, Scripted):
+                assert all(n == d for _, d, n, _ in gov.rounds)
+                if not drafter.wrong:
+                    assert all(a == d for _, d, _, a in gov.rounds)  # every draft asked for was accepted
+
+    # a drafter that finds nothing (a lookup with no match in the prompt): the rounds are plain steps, and the
+    # governor hears 0 drafts whatever length it decided
+    gov = Cycle(lengths)
+    got, _, _, _ = spec(model, PROMPTS[0], 12, PromptLookupDrafter(min_ngram=32, max_ngram=32), gov)  # type: ignore[arg-type]
+    assert got == plain(model, PROMPTS[0], 12)[0] and any(d for _, d, _, _ in gov.rounds)
+    assert all(n == 0 for _, _, n, _ in gov.rounds)
 
 
 @pytest.mark.parametrize("max_tokens", [1, 2, 3, 4, 5, 9])

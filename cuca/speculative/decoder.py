@@ -71,7 +71,8 @@ class SpeculativeDecoder:
                 depth = min(max(self.governor.decide(limit, force), 0), limit) if limit > 0 else 0
                 proposal = _first(self.drafter.propose(depth), depth) if depth > 0 else Proposal([])
                 verdict = self._verify(fed, pos, proposal, params, rng)
-                self.governor.record(depth, verdict.n_accepted, self.clock() - t0)
+                # the drafts proposed, not asked for: a lookup that found nothing ran a plain step
+                self.governor.record(len(proposal.tokens), verdict.n_accepted, self.clock() - t0)
                 self.stats.record_depth(depth)
                 if proposal.tokens:
                     self.stats.record_round(len(proposal.tokens), verdict.n_accepted)

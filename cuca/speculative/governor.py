@@ -1,10 +1,15 @@
 """The governor: draft only while drafting is measurably faster than plain decoding, and pick each round's length.
 
 Measurements (kept as long as the Governor, one per model, across requests):
-  * the cost of a round with k drafts (the drafter's k steps plus a verify pass of M = k + 1 rows; k = 0 is a plain
-    step), the median of its last few timings per k (per M), so that a stalled round (another process on the core)
-    cannot swing a decision; a length never timed is interpolated;
+  * the cost of a round with k drafts verified (the drafter's steps plus a verify pass of M = k + 1 rows; k = 0 is a
+    plain step, or a round whose drafter proposed nothing), the median of its last few timings per k (per M), so
+    that a stalled round (another process on the core) cannot swing a decision; a length never timed is
+    interpolated;
   * the acceptance at each draft position j, conditional on reaching it (the drafts before it all accepted): a_j.
+Both are keyed by the drafts the drafter proposed, not the length asked for: a prompt lookup that found nothing ran
+a plain step, and counted at the length asked it made that length's median cost a plain step's (drafting looked
+free) and its acceptance a blend of the lookup's hit rate and its drafts' quality. Keyed by what was verified, the
+rule below asks whether verifying a proposal pays, and rounds with none cost what plain decoding costs.
 A round with k drafts is then expected to emit E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j tokens, so its modelled rate
 is E(k) / cost(k), and the best length k* maximises it over 1..draft_tokens (draft_tokens is a maximum).
 
@@ -117,9 +122,9 @@ def expected_tokens(acceptance: list[float], k: int) -> float:
 
 class Governor(Protocol):
     """What the speculative rounds ask of a governor: `decide(limit, force)` before a round (how many drafts, in
-    0..limit), `record(depth, accepted, seconds)` after it (the drafts asked for, how many were accepted, the round's
-    duration); `events_since(event_count)`, the decisions logged since `event_count` was read (kept in the request's
-    stats)."""
+    0..limit), `record(depth, accepted, seconds)` after it (the drafts proposed and verified, at most the length
+    decided; how many were accepted; the round's duration); `events_since(event_count)`, the decisions logged
+    since `event_count` was read (kept in the request's stats)."""
 
     @property
     def event_count(self) -> int: ...
@@ -271,15 +276,15 @@ class SpeedGovernor:
 
     # ---- measurements --------------------------------------------------------------------------------------------
     def record(self, depth: int, accepted: int, seconds: float) -> None:
-        """A finished round: the drafts asked for (0: a plain round), how many were accepted (the drafts a drafter
-        did not propose count as rejected) and how long the round took."""
+        """A finished round: the drafts the drafter proposed and the target verified (0: a plain round, or nothing
+        proposed; at most the length decide() gave), how many were accepted and how long the round took."""
         if seconds < 0:
             raise ValueError(f"need seconds >= 0, got {seconds}")
         self.record_acceptance(depth, accepted)
         self.record_round(depth, seconds)
 
     def record_acceptance(self, depth: int, accepted: int) -> None:
-        """One sequence's outcome of a round with `depth` drafts (a batch's rounds: one call per sequence)."""
+        """One sequence's outcome of a round with `depth` drafts verified (a batch's rounds: one call per sequence)."""
         if depth < 0 or not 0 <= accepted <= depth:
             raise ValueError(f"need depth >= 0, 0 <= accepted <= depth; got {depth}, {accepted}")
         self._trial[1] += accepted
@@ -293,8 +298,10 @@ class SpeedGovernor:
         planned, self._pending = self._pending, None
         self.rounds += 1
         self.costs.setdefault(depth, CostAverage()).add(seconds)
-        # a forced round, or a plain round the caller ran for want of room to draft, is a measurement only
-        if planned is not None and planned == depth:
+        # a forced round, or a plain round the caller ran for want of room to draft, is a measurement only; so is a
+        # round the drafter proposed nothing in (a lookup without a match): it says nothing of drafting, and a
+        # warm-up or probe must not end on such rounds
+        if planned is not None and depth <= planned and (depth > 0 or planned == 0):
             self._advance()
 
     def begin_round(self, depth: int) -> None:
