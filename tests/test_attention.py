@@ -163,6 +163,9 @@ INV_CASES = [
     (16, 2, 128, 128, 1100, 1030, 300, 0.0, np.float32),
     (4, 1, 256, 256, 1300, 1200, 0, 0.0, np.float16),
     (6, 3, 40, 40, 1200, 1100, 0, 0.0, np.float16),
+    # one superblock of keys (no split by keys): items split by heads, then rows (E2B's and Gemma 3's decode shapes)
+    (8, 1, 256, 256, 520, 300, 0, 0.0, np.float32),
+    (4, 1, 256, 256, 520, 201, 128, 0.0, np.float32),
 ]
 
 

@@ -511,7 +511,8 @@ int cuca_attention(const cuca_attention_args *a) {
 #define ATT_NITEMS ((long)n_kv_head * ((M + TR - 1) / TR) * ((G + HS - 1) / HS))
     const int nsb = (n_kv + ATT_S - 1) / ATT_S;
     const int split = ATT_NITEMS < nt && nsb >= 2;
-    if (!split) {
+    if (!split) { /* heads first while they halve evenly: equal items (E2B M = 3: 3 rows x 4 heads twice, not 2 + 1) */
+        while (ATT_NITEMS < nt && HS % 2 == 0) HS /= 2;
         while (ATT_NITEMS < nt && TR > 1) TR = (TR + 1) / 2;
         while (ATT_NITEMS < nt && HS > 1) HS = (HS + 1) / 2;
     }
