@@ -32,6 +32,7 @@
 #define ATT_S (ATT_B * ATT_NB)  /* keys per superblock */
 #define ATT_RMAX 64             /* (row, head) pairs per work item */
 #define ATT_RC 4                /* (row, head) pairs sharing one pass over V */
+#define ATT_RSHARE 8            /* fewest (row, head) pairs per item when heads are split before keys */
 #define ATT_PAR_MIN (1 << 19)   /* multiply-adds below which a call runs on one thread ... */
 #define ATT_PAR_BYTES 65536     /* ... and K/V cache bytes (SmolLM2 decode reads 312 KiB a layer) */
 #define ATT_PF_BYTES 65536     /* K/V bytes of a block up to which it is prefetched */
@@ -510,8 +511,11 @@ int cuca_attention(const cuca_attention_args *a) {
     int HS = imin(G, ATT_RMAX), TR = imin(M, imax(1, ATT_RMAX / HS));
 #define ATT_NITEMS ((long)n_kv_head * ((M + TR - 1) / TR) * ((G + HS - 1) / HS))
     const int nsb = (n_kv + ATT_S - 1) / ATT_S;
+    /* heads first while they halve evenly: equal items (E2B M = 3: 3 rows x 4 heads twice, not 2 + 1 rows, nor
+     * 512 + 189 keys at 701), as long as an item keeps ATT_RSHARE pairs on each K/V load */
+    while (ATT_NITEMS < nt && HS % 2 == 0 && TR * (HS / 2) >= ATT_RSHARE) HS /= 2;
     const int split = ATT_NITEMS < nt && nsb >= 2;
-    if (!split) { /* heads first while they halve evenly: equal items (E2B M = 3: 3 rows x 4 heads twice, not 2 + 1) */
+    if (!split) {
         while (ATT_NITEMS < nt && HS % 2 == 0) HS /= 2;
         while (ATT_NITEMS < nt && TR > 1) TR = (TR + 1) / 2;
         while (ATT_NITEMS < nt && HS > 1) HS = (HS + 1) / 2;
