@@ -512,11 +512,12 @@ int cuca_attention(const cuca_attention_args *a) {
 #define ATT_NITEMS ((long)n_kv_head * ((M + TR - 1) / TR) * ((G + HS - 1) / HS))
     const int nsb = (n_kv + ATT_S - 1) / ATT_S;
     /* heads first while they halve evenly: equal items (E2B M = 3: 3 rows x 4 heads twice, not 2 + 1 rows, nor
-     * 512 + 189 keys at 701), as long as an item keeps ATT_RSHARE pairs on each K/V load */
-    while (ATT_NITEMS < nt && HS % 2 == 0 && TR * (HS / 2) >= ATT_RSHARE) HS /= 2;
+     * 512 + 189 keys at 701); where keys could be split instead, only while an item keeps ATT_RSHARE pairs on
+     * each K/V load */
+    const int rshare = nsb >= 2 ? ATT_RSHARE : 1;
+    while (ATT_NITEMS < nt && HS % 2 == 0 && TR * (HS / 2) >= rshare) HS /= 2;
     const int split = ATT_NITEMS < nt && nsb >= 2;
     if (!split) {
-        while (ATT_NITEMS < nt && HS % 2 == 0) HS /= 2;
         while (ATT_NITEMS < nt && TR > 1) TR = (TR + 1) / 2;
         while (ATT_NITEMS < nt && HS > 1) HS = (HS + 1) / 2;
     }
