@@ -45,6 +45,14 @@
 #define ATT_DS 2
 #endif
 
+/* AVX2 (16 registers): left free, GCC folds a V (or K) vector's load into every row's fma that uses it, so the
+ * loads, not the fmas, bound the pass; an empty asm keeps the vector in a register for all the rows */
+#if VL == 8 && defined(__AVX2__)
+#define ATT_KEEP(v) __asm__("" : "+x"(v))
+#else
+#define ATT_KEEP(v) (void)0
+#endif
+
 typedef struct {
     const float *q;
     ptrdiff_t q_s0, q_s1;
@@ -115,6 +123,7 @@ CUCA_INLINE vf att_dot_tile(const float *const *qp, const void *const *kp, int D
 #pragma GCC unroll 4
         for (int t = 0; t < ATT_TK; ++t) {
             vf kv = att_ld(kp[t], c, h);
+            ATT_KEEP(kv);
 #pragma GCC unroll 4
             for (int a = 0; a < ATT_TQ; ++a) acc[a * ATT_TK + t] = v_fma(qv[a], kv, acc[a * ATT_TK + t]);
         }
@@ -144,6 +153,8 @@ CUCA_INLINE void att_vpass(const int nr, const int nv, const int tail, const flo
         vf vv[ATT_DS];
         for (int t = 0; t < nv; ++t)
             vv[t] = (tail && t == nv - 1) ? att_ld_n(vb, e + t * VL, tail, h) : att_ld(vb, e + t * VL, h);
+        if (nr > 1)
+            for (int t = 0; t < nv; ++t) ATT_KEEP(vv[t]);
         for (int r = 0; r < nr; ++r) {
             vf pr = v_set1(p[r][j]);
             for (int t = 0; t < nv; ++t) acc[r][t] = v_fma(pr, vv[t], acc[r][t]);
