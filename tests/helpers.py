@@ -50,8 +50,14 @@ class Cycle:
         self.lengths, self.i = lengths, 0
         self.rounds: list[tuple[int, int, int, int]] = []  # (room, length decided, drafts proposed, accepted)
         self._room = self._asked = 0
+        self.requests = 0  # begin_request calls: one per request, before its first round
+
+    def begin_request(self) -> None:
+        assert not self.rounds or self.requests > 0
+        self.requests += 1
 
     def decide(self, limit: int, force: bool = False) -> int:
+        assert self.requests > 0, "a round before begin_request"
         self._room, self.i = limit, self.i + 1
         self._asked = min(self.lengths[(self.i - 1) % len(self.lengths)], limit)
         return self._asked

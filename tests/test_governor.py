@@ -449,3 +449,30 @@ def test_a_lookup_that_often_finds_nothing_is_judged_on_the_rounds_it_drafts(mat
     assert tps(SpeedGovernor(), 3, 0.2) >= 0.98 * plain
     assert tps(AlwaysDraft(), 3, 0.9) > 1.1 * plain
     assert tps(SpeedGovernor(), 3, 0.9) >= 0.96 * tps(AlwaysDraft(), 3, 0.9)
+
+
+def test_a_new_request_probes_at_once_while_plain_is_faster() -> None:
+    """After long prose (nothing accepted, the probe interval grown to its maximum), a code edit whose drafts are all
+    accepted: without a probe at its start it would decode plain to its end (the next probe 512 rounds away)."""
+    gov, prose = SpeedGovernor(), Script(linear(0.010, 0.004), [0.0, 0.0, 0.0])
+    prose.run(gov, 4 + 32 + 2 + 64 + 2 + 128 + 2 + 256 + 2 + 100)
+    assert gov.interval == PROBE_MAX and not gov.drafting
+    mark = gov.event_count
+    gov.begin_request()
+    decisions = Script(linear(0.010, 0.001), [1.0, 1.0, 1.0]).run(gov, 60)
+    assert decisions[:2] == [1, 1] and all(decisions[2:])  # probed at once, then drafting for the whole request
+    assert [e.kind for e in gov.events_since(mark)][:2] == ["probe", "spec_on"]
+    assert gov.interval == PROBE_FIRST
+
+
+def test_a_new_request_costs_a_hopeless_drafter_one_probe() -> None:
+    gov, bad = SpeedGovernor(), Script(linear(0.010, 0.004), [0.0, 0.0, 0.0])
+    bad.run(gov, 4 + 32 + 2 + 64 + 2 + 10)
+    interval = gov.interval
+    gov.begin_request()
+    assert bad.run(gov, 40) == [1, 1] + [0] * 38  # the probe, then plain for the (doubled) interval
+    assert gov.interval == 2 * interval
+    gov.begin_request()  # a request that starts mid-probe or while drafting changes nothing
+    gov.decide(3)
+    gov.begin_request()
+    assert kinds(gov, "probe")[-1] == gov.rounds

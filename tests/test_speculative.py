@@ -71,6 +71,7 @@ def test_variable_round_lengths_equal_plain(model, lengths: list[int]) -> None: 
             gov = Cycle(lengths)
             got, seng, _, stats = spec(model, prompt, 40, drafter, gov)  # type: ignore[arg-type]
             assert got == want and same_cache(peng, seng)
+            assert gov.requests == 1
             picked = [d for _, d, _, _ in gov.rounds]
             assert sum(stats.rounds_per_depth) == len(gov.rounds) and all(d <= room for room, d, _, _ in gov.rounds)
             assert stats.rounds_per_depth == [picked.count(d) for d in range(len(stats.rounds_per_depth))]

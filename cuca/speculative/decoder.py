@@ -64,6 +64,9 @@ class SpeculativeDecoder:
         yield fed
         force = params.seed is not None and not params.greedy  # seeded sampling drafts every round: reproducible
         mark = self.governor.event_count
+        begin = getattr(self.governor, "begin_request", None)  # optional: a batcher's lanes share their decisions
+        if begin is not None:
+            begin()
         try:
             while emitted < max_tokens:
                 limit = round_size(self.draft_tokens, max_tokens - emitted, pos, self.cache)

@@ -274,6 +274,14 @@ class SpeedGovernor:
             return k + 1
         return k - 1 if k > 1 else k
 
+    def begin_request(self) -> None:
+        """A request starts. Its text may suit the drafter far better than the last one's (a code edit after
+        prose: prompt lookup goes from nothing to most drafts accepted), so while plain decoding is the faster a
+        probe runs now rather than after the rest of `interval` plain rounds (which may be the whole request). A
+        probe that fails still doubles the interval, and costs PROBE_ROUNDS rounds per request."""
+        if self._phase == "plain" and self._left == 0 and self.max_depth > 0:
+            self._probe()
+
     # ---- measurements --------------------------------------------------------------------------------------------
     def record(self, depth: int, accepted: int, seconds: float) -> None:
         """A finished round: the drafts the drafter proposed and the target verified (0: a plain round, or nothing
@@ -399,11 +407,16 @@ class SpeedGovernor:
                 self._left, self._count = REFRESH_ROUNDS, 0
                 self._log("refresh", 0)
         elif self._count >= self.interval:  # plain
-            self._left, self._count, self._trial = PROBE_ROUNDS, 0, [0, 0]
-            self._probe_depth = self.best()[0]  # the best length by what was measured before
-            for avg in self.accept:
-                avg.fade(PROBE_ROUNDS)
-            self._log("probe", self._probe_depth)
+            self._probe()
+
+    def _probe(self) -> None:
+        """Start a probe: PROBE_ROUNDS rounds at the best length by what was measured before, the acceptance
+        averages faded so that its fresh rounds weigh as much as the history."""
+        self._left, self._count, self._trial = PROBE_ROUNDS, 0, [0, 0]
+        self._probe_depth = self.best()[0]
+        for avg in self.accept:
+            avg.fade(PROBE_ROUNDS)
+        self._log("probe", self._probe_depth)
 
 
 class AlwaysDraft:
