@@ -108,8 +108,10 @@ def same_cache(a: Engine, b: Engine) -> bool:
     cb: Any = b.cache
     n = ca.n
     kva, kvb = getattr(ca, "kv", ca), getattr(cb, "kv", cb)
-    sa = getattr(ca, "conv", []) + getattr(ca, "ssm", [])
-    states = list(zip(sa, getattr(cb, "conv", []) + getattr(cb, "ssm", []), strict=True))
+    def rec(c: Any) -> list[np.ndarray]:  # a hybrid cache's states as of its last position (records applied)
+        return [*getattr(c, "conv", []), *(c.states() if hasattr(c, "states") else [])]
+
+    states = list(zip(rec(ca), rec(cb), strict=True))
     return n == cb.n and all(
         np.array_equal(x[:, :n], y[:, :n]) for x, y in zip(kva.k + kva.v, kvb.k + kvb.v, strict=True)
     ) and all(np.array_equal(x, y) for x, y in states)

@@ -25,7 +25,8 @@ import synth_qwen35  # noqa: E402
 
 # kernel -> index of its n_threads argument (get_rows has none)
 THREADS_AT = {"matmul": 6, "attention": 9, "rms_norm": 4, "add_rms_norm": 5, "rope": 7, "silu_mul": 3,
-              "gelu_mul": 3, "deltanet": 10, "causal_conv": 5, "sigmoid": 2, "decay": 4, "softcap": 2}
+              "gelu_mul": 3, "deltanet": 10, "deltanet_deferred": 13, "causal_conv": 5, "sigmoid": 2, "decay": 4,
+              "softcap": 2}
 
 
 class Spy:
@@ -72,7 +73,7 @@ def test_every_kernel_call_passes_the_thread_count(files: dict[str, Path], arch:
         model.mtp_logits(model.mtp_forward(toks, h, np.arange(5, dtype=np.int32), model.make_mtp_cache(32)), 50)
     names = {n for n, _ in spy.calls}
     assert {"matmul", "rms_norm", "attention"} <= names and names & {"silu_mul", "gelu_mul"}
-    assert arch != "qwen35" or {"causal_conv", "sigmoid", "decay", "deltanet"} <= names
+    assert arch != "qwen35" or {"causal_conv", "sigmoid", "decay", "deltanet_deferred"} <= names
     wrong = sorted({n for n, t in spy.calls if t != 3})
     assert not wrong, f"{arch}: kernels called without the configured thread count: {wrong}"
 

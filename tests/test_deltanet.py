@@ -133,3 +133,74 @@ def test_snapshot_alignment(offset: int) -> None:
     c.deltanet(q, k, v, g, beta, st, sn, out, 1e-6, 0.25, 1)
     want_out, want_st, want_sn = _run(c, (q, k, v, g, beta, s0), True, 1)
     assert np.array_equal(sn, want_sn) and np.array_equal(st, want_st) and np.array_equal(out, want_out)
+
+
+def _deferred(mod, inputs, pend, n_pend: int, defer: int, n_threads: int = 1):
+    """One deltanet_deferred call on inputs = (q, k, v, g, beta, state): (out, state after, records)."""
+    q, k, v, g, beta, s = inputs
+    T, H, dk = q.shape
+    dv = v.shape[2]
+    st, out = s.copy(), np.full((T, H, dv), np.nan, np.float32)
+    rec = np.full((max(T, 1), H, dk + dv + 1), np.nan, np.float32)
+    mod.deltanet_deferred(q, k, v, g, beta, st, out, pend, n_pend, rec, defer, 1e-6, 0.25, n_threads)
+    return out, st, rec
+
+
+@pytest.mark.parametrize("dv", [8, 136])
+def test_deferred_commit_matches_the_recurrence(impl, dv: int) -> None:
+    """A batch of 4 deferred (the state stays), then 2 of its tokens replayed from their records before 3 more: the
+    same outputs and final state as the 5 tokens run in order."""
+    q, k, v, g, beta, s0 = _inputs(7, dv=dv, seed=3)
+    want_o, want_s = _by_hand(q, k, v, g, beta, s0)
+    first = tuple(x[:4] for x in (q, k, v, g, beta)) + (s0,)
+    out, st, rec = _deferred(impl, first, None, 0, 1)
+    assert np.array_equal(st, s0)  # deferred: nothing stored
+    assert np.allclose(out, want_o[:4], rtol=1e-5, atol=1e-5)
+    rest = tuple(x[2:5] for x in (q, k, v, g, beta)) + (st,)
+    out2, st2, _ = _deferred(impl, rest, rec, 2, 0)  # tokens 0, 1 kept (2, 3 rolled back), then 2..4 again
+    assert np.allclose(out2, want_o[2:5], rtol=1e-5, atol=1e-5)
+    assert np.allclose(st2, want_s[4], rtol=1e-5, atol=1e-5)
+
+
+@needs_c
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+@pytest.mark.parametrize("dv", [40, 136])  # 40: one vector block and a scalar tail
+def test_deferred_commit_is_bit_identical_to_in_place(n_threads: int, dv: int) -> None:
+    """Every way of deferring and replaying gives the bits of the plain in-place kernel, token by token: a deferred
+    batch's outputs, a flush (no new tokens), pending records applied before new tokens with or without deferring
+    those, and the records themselves (replaying a record is the token's own state update)."""
+    c = IMPLS["c"]
+    T = 6
+    q, k, v, g, beta, s0 = _inputs(T, H=5, dk=32, dv=dv, seed=4)
+    states, outs, s = [], [], s0.copy()
+    for t in range(T):
+        o = np.empty((1, 5, dv), np.float32)
+        c.deltanet(q[t : t + 1], k[t : t + 1], v[t : t + 1], g[t : t + 1], beta[t : t + 1], s, None, o, 1e-6, 0.25, 1)
+        states.append(s.copy())
+        outs.append(o[0])
+    sl = lambda a, b: tuple(x[a:b] for x in (q, k, v, g, beta))  # noqa: E731
+    out, st, rec = _deferred(c, sl(0, 4) + (s0,), None, 0, 1, n_threads)
+    assert np.array_equal(out, np.array(outs[:4])) and np.array_equal(st, s0)
+    for keep in (1, 2, 3, 4):  # a rollback to `keep` tokens, then a flush: the state after token keep - 1
+        empty = tuple(x[:0] for x in sl(0, 1))
+        _, flushed, _ = _deferred(c, empty + (s0,), rec, keep, 0, n_threads)
+        assert np.array_equal(flushed, states[keep - 1])
+    # 2 pending, then tokens 2..5 deferred: the pending committed, outputs as in order
+    out2, st2, rec2 = _deferred(c, sl(2, 6) + (s0,), rec, 2, 1, n_threads)
+    assert np.array_equal(st2, states[1]) and np.array_equal(out2, np.array(outs[2:6]))
+    # 3 of those pending, then token 5 plain (not deferred): everything committed
+    out3, st3, _ = _deferred(c, sl(5, 6) + (st2,), rec2, 3, 0, n_threads)
+    assert np.array_equal(out3[0], outs[5]) and np.array_equal(st3, states[5])
+
+
+def test_deferred_bad_arguments(impl) -> None:
+    q, k, v, g, beta, s0 = _inputs(2)
+    out = np.empty((2, 3, 8), np.float32)
+    with pytest.raises(ValueError, match="rec"):
+        impl.deltanet_deferred(q, k, v, g, beta, s0.copy(), out, None, 0, np.empty((2, 3, 24), np.float32), 1,
+                               1e-6, 0.25)
+    with pytest.raises(ValueError, match="pend"):
+        impl.deltanet_deferred(q, k, v, g, beta, s0.copy(), out, np.empty((1, 3, 25), np.float32), 2, None, 0,
+                               1e-6, 0.25)
+    with pytest.raises(ValueError, match="n_pend|pend"):
+        impl.deltanet_deferred(q, k, v, g, beta, s0.copy(), out, None, 1, None, 0, 1e-6, 0.25)

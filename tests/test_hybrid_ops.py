@@ -151,7 +151,11 @@ def test_bad_arguments(impl):
         impl.decay(x, taps[0], taps[1], ro)
 
 
-class _CopyOps(Ops):
+class _SnapOps(Ops):
+    deferred_states = False  # per-token snapshots (the GPU's rollback), the live state relocated into a slot
+
+
+class _CopyOps(_SnapOps):
     relocatable_states = False
 
 
@@ -161,7 +165,7 @@ def test_copy_free_rollback_matches_the_copying_one(tmp_path: Path, max_snaps: i
     snapshots placed around it, or moved back home when there is no room) gives the copying cache's logits and
     states bit for bit."""
     path = S.write(tmp_path / "q.gguf", S.TINY, seed=0)
-    models = [load_model(open_gguf(path), ops) for ops in (Ops(1), _CopyOps(1))]
+    models = [load_model(open_gguf(path), ops) for ops in (_SnapOps(1), _CopyOps(1))]
     caches = [HybridCache(512, m.c, m.ops, max_snaps=max_snaps) for m in models]
     rng = np.random.default_rng(2)
     n = 0
@@ -177,3 +181,38 @@ def test_copy_free_rollback_matches_the_copying_one(tmp_path: Path, max_snaps: i
         n += m - back
     for x, y in zip(caches[0].ssm + caches[0].conv, caches[1].ssm + caches[1].conv, strict=True):
         assert np.array_equal(x, y)
+
+
+@pytest.mark.parametrize("max_snaps", [16, 4])
+def test_deferred_records_match_snapshots(tmp_path: Path, max_snaps: int) -> None:
+    """The CPU cache keeps a rollable batch's state updates as records that the next pass applies: rounds of verify +
+    rollback of every depth, plain steps, long batches (which apply the records first), snapshot / restore and a
+    reset give the snapshot cache's logits and states bit for bit."""
+    path = S.write(tmp_path / "q.gguf", S.TINY, seed=0)
+    models = [load_model(open_gguf(path), ops) for ops in (Ops(2), _SnapOps(2))]
+    caches = [HybridCache(512, m.c, m.ops, max_snaps=max_snaps) for m in models]
+    assert caches[0].deferred and not caches[1].deferred
+    rng = np.random.default_rng(5)
+    n, saved = 0, None
+    for step in range(40):
+        m = 20 if step in (0, 25) else 1 if step % 7 == 3 else 1 + int(rng.integers(0, max_snaps + 1))
+        toks = rng.integers(0, 320, m).astype(np.int32)
+        outs = [mod.forward(toks, np.arange(n, n + m, dtype=np.int32), c, "all")
+                for mod, c in zip(models, caches, strict=True)]
+        assert np.array_equal(outs[0], outs[1])
+        back = int(rng.integers(0, m)) if 1 < m <= max_snaps + 1 else 0
+        for c in caches:
+            c.trim(back)
+        n += m - back
+        if step == 12:
+            saved = [c.snapshot() for c in caches]
+        if step == 18:
+            assert saved is not None
+            for c, snap in zip(caches, saved, strict=True):
+                c.restore(snap)
+            n = saved[0][0]
+        for x, y in zip(caches[0].states() + caches[0].conv, caches[1].ssm + caches[1].conv, strict=True):
+            assert np.array_equal(x, y)
+    for c in caches:
+        c.reset()
+    assert not any(a.any() for a in caches[0].states())

@@ -150,7 +150,7 @@ def test_chunked_prefill_matches_per_token(model) -> None:
     finally:
         del model.chunked_prefill_min
     assert _rel(got, want) < 1e-5
-    for a, b in zip(ch.ssm, per.ssm, strict=True):
+    for a, b in zip(ch.states(), per.states(), strict=True):
         assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max()
     # the kernel-level form, several chunk sizes against the token-by-token kernel
     rng = np.random.default_rng(6)
@@ -171,7 +171,7 @@ def test_chunked_prefill_matches_per_token(model) -> None:
 def _state(cache) -> list[np.ndarray]:
     n = cache.n
     kv = [a[:, :n] for a in cache.kv.k + cache.kv.v]
-    return [*cache.ssm, *cache.conv, *kv]
+    return [*cache.states(), *cache.conv, *kv]
 
 
 @pytest.mark.parametrize("n_acc", [0, 1, 3, 5])

@@ -48,6 +48,7 @@ class TorchOps(Ops):
     requantize_drafters = False  # the product page's Q8_0 drafter is the CPU's choice
     coarse_draft_heads = False  # so is the drafters' Q4_0 ranking copy of the head
     relocatable_states = False  # captured graphs hold the recurrent states' addresses: a rollback copies into them
+    deferred_states = False  # its deltanet writes per-token snapshots
 
     def __init__(self, device: str | torch.device = "cpu", wdtype: torch.dtype = torch.float32, threads: int = 0,
                  invariant: bool | None = None, passes: str | None = None):

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["attention", "rms_norm", "add_rms_norm", "rope", "silu_mul", "gelu_mul", "deltanet", "causal_conv",
-           "sigmoid", "decay", "softcap"]
+__all__ = ["attention", "rms_norm", "add_rms_norm", "rope", "silu_mul", "gelu_mul", "deltanet", "deltanet_deferred",
+           "causal_conv", "sigmoid", "decay", "softcap"]
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 
@@ -361,6 +361,45 @@ def deltanet(q, k, v, g, beta, state, snaps, out, eps, scale, n_threads=0) -> No
         if snaps is not None and t < T - 1:
             snaps[t] = s
     state[...] = s
+
+
+def deltanet_deferred(q, k, v, g, beta, state, out, pend, n_pend, rec, defer, eps, scale, n_threads=0) -> None:
+    """deltanet with deferred commit. A token's record (dk + dv + 1 floats per head) is its normalised k, d = beta
+    (v - kv) and exp(g). The n_pend records of pend (>= n_pend, H, dk + dv + 1) are applied to state first
+    (S = exp(g) S + k d^T) and stored; the new tokens' records go to rec (or None); with defer the state after the new
+    tokens is not stored."""
+    fn = "deltanet_deferred"
+    state = _array(fn, "state", state, "f", (3,))
+    H, dk, dv = state.shape
+    w = dk + dv + 1
+    for name, a, n in (("pend", pend, n_pend), ("rec", rec, np.shape(q)[0] if np.ndim(q) == 3 else 0)):
+        if a is None:
+            continue
+        a = _array(fn, name, a, "f", (3,))
+        if a.shape[0] < n or a.shape[1:] != (H, w):
+            raise ValueError(f"{fn}(): {name} must have shape (>= {n}, {H}, {w})")
+    if not (isinstance(n_pend, (int, np.integer)) and 0 <= n_pend) or (n_pend and pend is None):
+        raise ValueError(f"{fn}(): n_pend must be an integer >= 0 with pend given")
+    s = state.astype(np.float64)
+    for p in range(int(n_pend)):
+        r = pend[p].astype(np.float64)
+        s = s * r[:, dk + dv][:, None, None] + r[:, :dk, None] * r[:, None, dk : dk + dv]
+    if n_pend and defer:
+        state[...] = s
+    work = np.array(s, np.float32)
+    deltanet(q, k, v, g, beta, work, None, out, eps, scale, n_threads)
+    if rec is not None:
+        s = np.array(s, np.float64)
+        for t in range(np.shape(q)[0]):
+            k64 = np.asarray(k[t], np.float64)
+            k64 = k64 / np.sqrt(np.sum(k64 * k64, axis=-1, keepdims=True) + eps)
+            s = s * np.exp(np.asarray(g[t], np.float64))[:, None, None]
+            kv = np.einsum("hi,hij->hj", k64, s)
+            d = np.asarray(beta[t], np.float64)[:, None] * (np.asarray(v[t], np.float64) - kv)
+            s = s + k64[:, :, None] * d[:, None, :]
+            rec[t, :, :dk], rec[t, :, dk : dk + dv], rec[t, :, dk + dv] = k64, d, np.exp(np.asarray(g[t], np.float64))
+    if not defer:
+        state[...] = work
 
 
 # ---------------------------------------------------------------------------------------------- hybrid layers

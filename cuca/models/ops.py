@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -36,6 +36,16 @@ class Rope:
     scale: float = 1.0
 
 
+class Records(NamedTuple):
+    """A deferred deltanet call's records (normalised k, d, exp(g) per token and head): the first n of pend are
+    applied before the new tokens, whose own go to rec (None: nowhere); defer: the state after them is not stored."""
+
+    pend: np.ndarray | None
+    n: int
+    rec: np.ndarray | None
+    defer: bool
+
+
 @dataclass(frozen=True)
 class Mask:
     """How attention scores are formed: scale, causal window (0 = none), score softcap (0 = none)."""
@@ -51,6 +61,7 @@ class Ops:
     requantize_drafters = True  # a drafter file's float matrices are stored as Q8_0 (it only proposes)
     coarse_draft_heads = True  # drafters rank the vocabulary with a Q4_0 copy of the head (mtp.py, gemma4_assistant.py)
     relocatable_states = True  # a hybrid cache may swap its live recurrent state for a snapshot slot on rollback
+    deferred_states = True  # ... or keep a rollable batch's state updates as records, applied by the next pass
 
     def __init__(self, threads: int = 0, impl: ModuleType | None = None):
         self.k: ModuleType = impl if impl is not None else kernels.impl
@@ -150,6 +161,16 @@ class Ops:
         q, k, v = qkv
         out = self.empty(v.shape)
         self.k.deltanet(q, k, v, gates[0], gates[1], state, snaps, out, eps_scale[0], eps_scale[1], self.threads)
+        return out
+
+    def deltanet_deferred(self, qkv: tuple[np.ndarray, np.ndarray, np.ndarray], gates: tuple[np.ndarray, np.ndarray],
+                          state: np.ndarray, records: Records, eps_scale: tuple[float, float]) -> np.ndarray:
+        """`deltanet` with deferred commit: records.n pending records applied to state first (and stored), the new
+        tokens' records written to records.rec, and with records.defer the state after them left unstored."""
+        q, k, v = qkv
+        out = self.empty(v.shape)
+        self.k.deltanet_deferred(q, k, v, gates[0], gates[1], state, out, records.pend, records.n, records.rec,
+                                 int(records.defer), eps_scale[0], eps_scale[1], self.threads)
         return out
 
     def deltanet_chunked(self, qkv: tuple[np.ndarray, np.ndarray, np.ndarray], gates: tuple[np.ndarray, np.ndarray],

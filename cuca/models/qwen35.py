@@ -282,6 +282,8 @@ class Model(Decoder):
             if chunk:
                 o = ops.empty((m, c.v_heads, ds))
                 ops.deltanet_chunked((q, k, v), (g[r], beta[r]), cache.ssm[li], o, scale)
+            elif cache.deferred:
+                o = ops.deltanet_deferred((q, k, v), (g[r], beta[r]), cache.ssm[li], cache.records(li), (L2_EPS, scale))
             else:
                 o = ops.deltanet((q, k, v), (g[r], beta[r]), cache.ssm[li], cache.snaps(li), (L2_EPS, scale))
             parts.append(o)

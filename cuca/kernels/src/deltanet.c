@@ -28,28 +28,51 @@ static float dn_inv_norm(const float *x, int n, float eps) {
     return 1.0f / sqrtf((float)s + eps);
 }
 
-/* One token of one head on columns [j0, j1) of the state S (dk x dv, rows of dv floats), in place, one column
- * at a time: the same float operations, column by column, as the vector path. snap: NULL or where the updated
- * columns are copied too. */
-static void dn_cols_scalar(const float *v, float e, float beta, float *S, float *snap, float *o, int dk, int dv,
-                           int j0, int j1, const float *qn, const float *kn) {
-    for (int j = j0; j < j1; ++j) {
+/* One head's view of a call: per token its normalised q, k (dk apart), exp(g) and beta; v and out of this head at
+ * token 0 (v_t / o_t floats per token); its first pending record and first new record (rec_t floats per token, k at
+ * 0, d at dk, exp(g) at dk + dv) or NULL; its state in snapshot 0 (snap_t floats per token) or NULL. */
+typedef struct {
+    int T, P, dk, dv, defer;
+    ptrdiff_t v_t, o_t, rec_t;
+    size_t snap_t;
+    const float *v, *qn, *kn, *ex, *bt, *pend;
+    float *rec, *snaps, *out;
+} dn_head;
+
+/* Column j of one head, alone (the columns the vector blocks leave), on col (dk floats of scratch): the pending
+ * records applied, then every token; the same float operations, column by column, as the vector path. */
+static void dn_col_scalar(const dn_head *D, float *live, int j, float *col) {
+    const int dk = D->dk, dv = D->dv;
+    for (int i = 0; i < dk; ++i) col[i] = live[(size_t)i * dv + j];
+    for (int p = 0; p < D->P; ++p) {
+        const float *r = D->pend + p * D->rec_t;
+        const float e = r[dk + dv], d = r[dk + j];
+        for (int i = 0; i < dk; ++i) col[i] = col[i] * e + r[i] * d;
+    }
+    if (D->P && D->defer)
+        for (int i = 0; i < dk; ++i) live[(size_t)i * dv + j] = col[i];
+    for (int t = 0; t < D->T; ++t) {
+        const float *kn = D->kn + (size_t)t * dk, *qn = D->qn + (size_t)t * dk;
+        float *snap = D->snaps && t < D->T - 1 ? D->snaps + t * D->snap_t : NULL;
         float kv = 0.0f;
         for (int i = 0; i < dk; ++i) {
-            const float s = S[(size_t)i * dv + j] * e;
-            S[(size_t)i * dv + j] = s;
+            const float s = col[i] * D->ex[t];
+            col[i] = s;
             kv = kv + kn[i] * s;
         }
-        const float d = beta * (v[j] - kv);
+        const float d = D->bt[t] * (D->v[t * D->v_t + j] - kv);
         float acc = 0.0f;
         for (int i = 0; i < dk; ++i) {
-            const float s = S[(size_t)i * dv + j] + kn[i] * d;
-            S[(size_t)i * dv + j] = s;
+            const float s = col[i] + kn[i] * d;
+            col[i] = s;
             if (snap) snap[(size_t)i * dv + j] = s;
             acc = acc + qn[i] * s;
         }
-        o[j] = acc;
+        D->out[t * D->o_t + j] = acc;
+        if (D->rec) D->rec[t * D->rec_t + dk + j] = d;
     }
+    if (!D->defer)
+        for (int i = 0; i < dk; ++i) live[(size_t)i * dv + j] = col[i];
 }
 
 #define DN_NV 4            /* vectors of columns per block: their kv / delta / o stay in registers */
@@ -83,15 +106,29 @@ static void dn_kv(vf ev, const float *S, int ld, int dk, const float *kn, vf *a)
     }
 }
 
+/* A pending record r (dk + dv + 1 floats) applied to the block of DN_BW columns j0.. at S (row stride ld):
+ * S = exp(g) S + k d^T, the float operations of the token's own update in dn_block */
+static void dn_apply(float *S, int ld, int dk, int dv, const float *r, int j0) {
+    const vf ev = v_set1(r[dk + dv]);
+    vf d[DN_NV];
+    for (int u = 0; u < DN_NV; ++u) d[u] = v_load(r + dk + j0 + u * VL);
+    for (int i = 0; i < dk; ++i) {
+        float *row = S + (size_t)i * ld;
+        const vf ki = v_set1(r[i]);
+        for (int u = 0; u < DN_NV; ++u) v_store(row + u * VL, v_add(v_mul(v_load(row + u * VL), ev), v_mul(ki, d[u])));
+    }
+}
+
 /* One token of one head on the block of DN_BW columns at S (row stride ld floats), in place, given its kv (a); snap
- * rows: stride dv. With a next token (kn1 != NULL, decay ev1), the same pass sums that token's kv into a from the
+ * rows: stride dv; drec: NULL or where the block's d goes. With a next token (kn1 != NULL, decay ev1), the same pass sums that token's kv into a from the
  * updated rows: one pass over the block per token, in the same float operations and order as dn_kv then this. */
 static void dn_block(const float *v, vf ev, vf bv, float *S, int ld, float *snap, float *o, int dk, int dv,
-                     const float *qn, const float *kn, const float *kn1, vf ev1, vf *a) {
+                     const float *qn, const float *kn, const float *kn1, vf ev1, vf *a, float *drec) {
     vf d[DN_NV], ao[DN_NV];
     for (int u = 0; u < DN_NV; ++u) {
         d[u] = v_mul(bv, v_sub(v_load(v + u * VL), a[u]));
         ao[u] = a[u] = v_zero();
+        if (drec) v_store(drec + u * VL, d[u]);
     }
     for (int i = 0; i < dk; ++i) {
         float *r = S + (size_t)i * ld;
@@ -121,68 +158,77 @@ typedef struct {
     size_t per_thread;
 } dn_job;
 
-/* item h: every token of head h */
+/* item h: every token of head h (after its pending records) */
 static void dn_head_item(void *ctx, int64_t hh, int tid) {
     const dn_job *J = (const dn_job *)ctx;
     const cuca_deltanet_args *a = J->a;
-    const float *q = a->q, *k = a->k, *v = a->v, *g = a->g, *beta = a->beta;
-    const ptrdiff_t q_s0 = a->q_s0, q_s1 = a->q_s1, k_s0 = a->k_s0, k_s1 = a->k_s1, v_s0 = a->v_s0, v_s1 = a->v_s1;
-    const ptrdiff_t g_s0 = a->g_s0, b_s0 = a->b_s0, o_s0 = a->o_s0, o_s1 = a->o_s1;
-    float *state = a->state, *snaps = a->snaps, *out = a->out;
-    const int T = a->T, H = a->H, dk = a->dk, dv = a->dv, h = (int)hh;
-    const float eps = a->eps, scale = a->scale;
-    const size_t hs = (size_t)dk * dv, ts = hs * (size_t)H;
-    /* per token: the normalised q and k, exp(g) and beta of this head */
+    const float *q = a->q, *k = a->k, *g = a->g, *beta = a->beta;
+    const int T = a->T, P = a->P, H = a->H, dk = a->dk, dv = a->dv, h = (int)hh, defer = a->defer;
+    const size_t hs = (size_t)dk * dv, W = (size_t)dk + (size_t)dv + 1;
+    /* per token: the normalised q and k, exp(g) and beta of this head; then the padded block (64-byte aligned) */
     float *buf = J->bufs + (size_t)tid * J->per_thread;
     float *qn = buf, *kn = buf + (size_t)T * dk, *ex = kn + (size_t)T * dk, *bt = ex + T;
-    float *pad = bt + T + 16 - ((uintptr_t)(bt + T) / sizeof(float)) % 16; /* 64-byte aligned */
+    float *pad = bt + T + 16 - ((uintptr_t)(bt + T) / sizeof(float)) % 16;
     for (int t = 0; t < T; ++t) {
-        const float *qt = q + t * q_s0 + h * q_s1, *kt = k + t * k_s0 + h * k_s1;
-        const float iq = dn_inv_norm(qt, dk, eps), ik = dn_inv_norm(kt, dk, eps);
+        const float *qt = q + t * a->q_s0 + h * a->q_s1, *kt = k + t * a->k_s0 + h * a->k_s1;
+        const float iq = dn_inv_norm(qt, dk, a->eps), ik = dn_inv_norm(kt, dk, a->eps);
         for (int i = 0; i < dk; ++i) {
-            qn[(size_t)t * dk + i] = (qt[i] * iq) * scale;
+            qn[(size_t)t * dk + i] = (qt[i] * iq) * a->scale;
             kn[(size_t)t * dk + i] = kt[i] * ik;
         }
-        ex[t] = expf(g[t * g_s0 + h]);
-        bt[t] = beta[t * b_s0 + h];
+        ex[t] = expf(g[t * a->g_s0 + h]);
+        bt[t] = beta[t * a->b_s0 + h];
+        if (a->rec) {
+            float *r = a->rec + ((size_t)t * H + h) * W;
+            memcpy(r, kn + (size_t)t * dk, sizeof(float) * (size_t)dk);
+            r[dk + dv] = ex[t];
+        }
     }
-    float *live = state + (size_t)h * hs;
+    const dn_head D = {
+        .T = T, .P = P, .dk = dk, .dv = dv, .defer = defer, .v_t = a->v_s0, .o_t = a->o_s0,
+        .rec_t = (ptrdiff_t)(H * W), .snap_t = hs * (size_t)H, .v = a->v + h * a->v_s1, .qn = qn, .kn = kn, .ex = ex,
+        .bt = bt, .pend = a->pend ? a->pend + (size_t)h * W : NULL, .rec = a->rec ? a->rec + (size_t)h * W : NULL,
+        .snaps = a->snaps ? a->snaps + (size_t)h * hs : NULL, .out = a->out + h * a->o_s1};
+    float *live = a->state + (size_t)h * hs;
     /* columns are independent: each block of columns runs every token while it sits in L1 */
     int j0 = 0;
     for (; j0 + DN_BW <= dv; j0 += DN_BW) {
-        /* one token: in place (the block is read once anyway); several: on the padded copy */
-        float *S = T > 1 ? pad : live + j0;
-        const int ld = T > 1 ? DN_LD : dv;
-        if (T > 1)
+        /* one token and nothing pending: in place (the block is read once anyway); else on the padded copy */
+        const int padded = T > 1 || P > 0 || defer;
+        float *S = padded ? pad : live + j0;
+        const int ld = padded ? DN_LD : dv;
+        if (padded)
             for (int i = 0; i < dk; ++i) memcpy(pad + (size_t)i * DN_LD, live + (size_t)i * dv + j0, sizeof(float) * DN_BW);
-        vf kv[DN_NV];
-        dn_kv(v_set1(ex[0]), S, ld, dk, kn, kv);
-        for (int t = 0; t < T; ++t)
-            dn_block(v + t * v_s0 + h * v_s1 + j0, v_set1(ex[t]), v_set1(bt[t]), S, ld,
-                     snaps && t < T - 1 ? snaps + (size_t)t * ts + (size_t)h * hs + j0 : NULL,
-                     out + t * o_s0 + h * o_s1 + j0, dk, dv, qn + (size_t)t * dk, kn + (size_t)t * dk,
-                     t + 1 < T ? kn + (size_t)(t + 1) * dk : NULL, v_set1(t + 1 < T ? ex[t + 1] : 0.0f), kv);
-        if (T > 1)
+        for (int p = 0; p < P; ++p) dn_apply(S, ld, dk, dv, D.pend + p * D.rec_t, j0);
+        if (P > 0 && defer) /* the pending records are committed; the new tokens' state is not */
+            for (int i = 0; i < dk; ++i) memcpy(live + (size_t)i * dv + j0, pad + (size_t)i * DN_LD, sizeof(float) * DN_BW);
+        if (T > 0) {
+            vf kv[DN_NV];
+            dn_kv(v_set1(ex[0]), S, ld, dk, kn, kv);
+            for (int t = 0; t < T; ++t)
+                dn_block(D.v + t * D.v_t + j0, v_set1(ex[t]), v_set1(bt[t]), S, ld,
+                         D.snaps && t < T - 1 ? D.snaps + t * D.snap_t + j0 : NULL, D.out + t * D.o_t + j0, dk, dv,
+                         qn + (size_t)t * dk, kn + (size_t)t * dk, t + 1 < T ? kn + (size_t)(t + 1) * dk : NULL,
+                         v_set1(t + 1 < T ? ex[t + 1] : 0.0f), kv, D.rec ? D.rec + t * D.rec_t + dk + j0 : NULL);
+        }
+        if (padded && !defer)
             for (int i = 0; i < dk; ++i) memcpy(live + (size_t)i * dv + j0, pad + (size_t)i * DN_LD, sizeof(float) * DN_BW);
     }
-    if (j0 < dv)
-        for (int t = 0; t < T; ++t)
-            dn_cols_scalar(v + t * v_s0 + h * v_s1, ex[t], bt[t], live,
-                           snaps && t < T - 1 ? snaps + (size_t)t * ts + (size_t)h * hs : NULL,
-                           out + t * o_s0 + h * o_s1, dk, dv, j0, dv, qn + (size_t)t * dk, kn + (size_t)t * dk);
+    for (int j = j0; j < dv; ++j) dn_col_scalar(&D, live, j, pad);
 #if VL == 16 || (VL == 8 && defined(__AVX2__))
-    if (snaps) _mm_sfence(); /* this thread's non-temporal snapshot stores are visible before the job ends */
+    if (D.snaps) _mm_sfence(); /* this thread's non-temporal snapshot stores are visible before the job ends */
 #endif
 }
 
 int cuca_deltanet_f32(const cuca_deltanet_args *a) {
     const int T = a->T, H = a->H, dk = a->dk, dv = a->dv, n_threads = a->n_threads;
-    if (T < 0 || H < 0 || dk < 1 || dv < 1) return CUCA_EINVAL;
-    if (T == 0 || H == 0) return CUCA_OK;
+    if (T < 0 || H < 0 || dk < 1 || dv < 1 || a->P < 0 || (a->P > 0 && !a->pend)) return CUCA_EINVAL;
+    if ((a->pend || a->rec || a->defer) && a->snaps) return CUCA_EINVAL;
+    if ((T == 0 && a->P == 0) || H == 0) return CUCA_OK;
     const size_t ts = (size_t)dk * dv * (size_t)H;
     int nt = n_threads > 0 ? n_threads : cuca_pool_default_threads();
     if (nt > H) nt = H;
-    if ((double)T * (double)ts < 65536.0) nt = 1;
+    if ((double)(T + a->P) * (double)ts < 65536.0) nt = 1;
     const size_t per = (size_t)T * (size_t)(2 * dk + 2) + 16 + (size_t)dk * DN_LD;
     dn_job J = {a, (float *)malloc(sizeof(float) * (size_t)nt * per), per};
     if (!J.bufs) return CUCA_ENOMEM;

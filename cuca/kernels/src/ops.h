@@ -62,6 +62,14 @@ typedef struct {
     int T, H, dk, dv;
     float eps, scale;
     int n_threads;
+    /* deferred commit (pend NULL: none). A token's record is its normalised k, d = beta (v - kv) and decay exp(g):
+     * dk + dv + 1 floats per head, (tokens, H, dk + dv + 1) contiguous. The P records in pend are applied to the
+     * state first (S = exp(g) S + k d^T, the same float operations as their own pass) and stored: committed. The
+     * new tokens' records go to rec (NULL: none); with defer, the state after them is not stored (they stay
+     * pending: a rollback is dropping records). snaps must be NULL then. */
+    const float *pend;
+    float *rec;
+    int P, defer;
 } cuca_deltanet_args;
 
 int cuca_deltanet_f32(const cuca_deltanet_args *a);
