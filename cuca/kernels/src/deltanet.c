@@ -107,15 +107,26 @@ static void dn_kv(vf ev, const float *S, int ld, int dk, const float *kn, vf *a)
 }
 
 /* A pending record r (dk + dv + 1 floats) applied to the block of DN_BW columns j0.. at S (row stride ld):
- * S = exp(g) S + k d^T, the float operations of the token's own update in dn_block */
-static void dn_apply(float *S, int ld, int dk, int dv, const float *r, int j0) {
+ * S = exp(g) S + k d^T, the float operations of the token's own update in dn_block. With kn1 (the last record
+ * before new tokens), the same pass sums the first new token's kv into a, as dn_kv would (decay ev1). */
+static void dn_apply(float *S, int ld, int dk, int dv, const float *r, int j0, const float *kn1, vf ev1, vf *a) {
     const vf ev = v_set1(r[dk + dv]);
     vf d[DN_NV];
     for (int u = 0; u < DN_NV; ++u) d[u] = v_load(r + dk + j0 + u * VL);
+    if (kn1)
+        for (int u = 0; u < DN_NV; ++u) a[u] = v_zero();
     for (int i = 0; i < dk; ++i) {
         float *row = S + (size_t)i * ld;
         const vf ki = v_set1(r[i]);
-        for (int u = 0; u < DN_NV; ++u) v_store(row + u * VL, v_add(v_mul(v_load(row + u * VL), ev), v_mul(ki, d[u])));
+        vf s[DN_NV];
+        for (int u = 0; u < DN_NV; ++u) {
+            s[u] = v_add(v_mul(v_load(row + u * VL), ev), v_mul(ki, d[u]));
+            v_store(row + u * VL, s[u]);
+        }
+        if (kn1) {
+            const vf k1 = v_set1(kn1[i]);
+            for (int u = 0; u < DN_NV; ++u) a[u] = v_add(a[u], v_mul(k1, v_mul(s[u], ev1)));
+        }
     }
 }
 
@@ -199,12 +210,14 @@ static void dn_head_item(void *ctx, int64_t hh, int tid) {
         const int ld = padded ? DN_LD : dv;
         if (padded)
             for (int i = 0; i < dk; ++i) memcpy(pad + (size_t)i * DN_LD, live + (size_t)i * dv + j0, sizeof(float) * DN_BW);
-        for (int p = 0; p < P; ++p) dn_apply(S, ld, dk, dv, D.pend + p * D.rec_t, j0);
+        vf kv[DN_NV] = {v_zero(), v_zero(), v_zero(), v_zero()}; /* token 0's kv: the last record's pass, or dn_kv */
+        for (int p = 0; p < P; ++p)
+            dn_apply(S, ld, dk, dv, D.pend + p * D.rec_t, j0, p == P - 1 && T > 0 ? kn : NULL,
+                     v_set1(T > 0 ? ex[0] : 0.0f), kv);
         if (P > 0 && defer) /* the pending records are committed; the new tokens' state is not */
             for (int i = 0; i < dk; ++i) memcpy(live + (size_t)i * dv + j0, pad + (size_t)i * DN_LD, sizeof(float) * DN_BW);
         if (T > 0) {
-            vf kv[DN_NV];
-            dn_kv(v_set1(ex[0]), S, ld, dk, kn, kv);
+            if (P == 0) dn_kv(v_set1(ex[0]), S, ld, dk, kn, kv);
             for (int t = 0; t < T; ++t)
                 dn_block(D.v + t * D.v_t + j0, v_set1(ex[t]), v_set1(bt[t]), S, ld,
                          D.snaps && t < T - 1 ? D.snaps + t * D.snap_t + j0 : NULL, D.out + t * D.o_t + j0, dk, dv,
