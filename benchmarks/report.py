@@ -179,10 +179,13 @@ def summary(results: dict[str, Any]) -> list[str]:
         if lp_plain.get("cuca_over_llama_plain") is not None:
             bw = res.get("bandwidth", {})
             share = {w: bw.get(w, {}).get("of_read_bandwidth") for w in ("cuca", "llama.cpp")}
+            pair = {w: bw.get(w, {}).get("of_read_bandwidth_paired") for w in ("cuca", "llama.cpp")}
             out.append(f"  - plain decode: cuca {lp_plain.get('cuca_plain_tps_same_time')} tok/s vs llama.cpp "
                        f"{lp_plain.get('plain_tps')} tok/s = **{_x(lp_plain['cuca_over_llama_plain'])}** (same run)"
                        + (f"; achieved bandwidth {_pct(share['cuca'])} of the read bandwidth (llama.cpp "
-                          f"{_pct(share['llama.cpp'])})" if share["cuca"] is not None else "") + ".")
+                          f"{_pct(share['llama.cpp'])})" if share["cuca"] is not None else "")
+                       + (f", {_pct(pair['cuca'])} (llama.cpp {_pct(pair['llama.cpp'])}) paired with a read sample "
+                          "before each run" if pair["cuca"] is not None else "") + ".")
         if "poor_drafter" in res:
             pd = res["poor_drafter"]
             out.append(f"  - poorly-accepted drafter (P = {pd['probability']}), governed vs plain side by side "

@@ -218,6 +218,24 @@ def test_weight_bytes_per_token(pair: tuple[Path, Path]) -> None:
     assert a == {"gbs": 20.0, "of_read_bandwidth": 0.5}
 
 
+def test_bandwidth_share_paired_with_read_samples(pair: tuple[Path, Path]) -> None:
+    """Each read sample divides the plain runs right after it: the median of those shares, beside the share of the
+    medians."""
+    from cuca.bench.report import _bandwidth
+
+    tps = 1e10 / B.weight_bytes_per_token(pair[0])  # 10 GB/s of weights
+    reads = [20.0, 10.0, 40.0]  # the machine's read rate moving within the run
+    res = {"categories": {"code": {"plain_tps": tps}},
+           "llama": {"plain": {"plain_tps": 0.8 * tps, "paired_reads": [
+               {"read_gbs": r, "cuca_tps": tps, "llama_tps": 0.8 * tps} for r in reads]}}}
+    bw = _bandwidth(res, pair[0], [{"gbs": 25.0}])
+    assert bw["cuca"]["of_read_bandwidth"] == 0.4 and bw["llama.cpp"]["of_read_bandwidth"] == 0.32
+    assert bw["cuca"]["of_read_bandwidth_paired"] == 0.5 and bw["llama.cpp"]["of_read_bandwidth_paired"] == 0.4
+    assert bw["cuca"]["paired_samples"] == 3
+    alone = _bandwidth({"categories": res["categories"]}, pair[0], [{"gbs": 25.0}])  # no llama.cpp section
+    assert "of_read_bandwidth_paired" not in alone["cuca"]
+
+
 def test_native_peer_runs_when_built() -> None:
     """The native llama.cpp build (benchmarks/peer/build_llamacpp.sh), when present, gives same-run figures."""
     if B.peer_bin() is None:

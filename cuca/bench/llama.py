@@ -5,7 +5,7 @@ a chosen acceptance modelled from costs measured in this run (labelled "modelled
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +58,16 @@ def _spec_runs(peer: Peer, b: Bench, stype: str, texts: Sequence[str], n: int, l
     return out
 
 
-def run_llama(b: Bench, prompts: dict[str, list[str]], work: Workload, ms: Sequence[int], pass_reps: int = 5,
-              log: Log = _quiet) -> dict[str, Any]:
+PASS_REPS = 5  # repetitions of each M-row pass (the best is kept)
+
+
+def run_llama(b: Bench, prompts: dict[str, list[str]], work: Workload, ms: Sequence[int],
+              probe: Callable[[], dict[str, Any]] | None = None, log: Log = _quiet) -> dict[str, Any]:
     """llama.cpp's native build on the same file, interleaved with cuca plain runs: plain decode (llama-bench tg, one
     figure: it decodes no prompt, so a category would only repeat it), per category its own speculation on the same
-    pair (where it has a counterpart of the drafter); the cost of M-row passes."""
-    reps, max_tokens = work.reps, work.max_tokens
+    pair (where it has a counterpart of the drafter); the cost of M-row passes. `probe` (the read bandwidth) runs
+    right before each cuca / llama.cpp pair of plain runs: `paired_reads` keeps the three figures together."""
+    reps, max_tokens, pass_reps = work.reps, work.max_tokens, PASS_REPS
     peer = find_peer(b.threads)
     if peer is None:
         return {"skipped": f"no native llama.cpp build (run {BUILD_SCRIPT}, or set CUCA_LLAMA_BIN)"}
@@ -73,13 +77,18 @@ def run_llama(b: Bench, prompts: dict[str, list[str]], work: Workload, ms: Seque
         plain_src = spec_note = None
         plain: list[float] = []
         cuca_plain: list[float] = []
+        paired: list[dict[str, float]] = []  # a read bandwidth sample, then cuca's and llama.cpp's plain decode
         for cat, texts in prompts.items():
             for _ in range(reps):
                 for text in texts:
+                    read = probe() if probe is not None else {}
                     cuca_plain.append(b.plain(b.encode(text), max_tokens).tps)
                     d = peer.decode(b.path, max_tokens)
                     plain += d["samples_tps"]
                     plain_src = d["source"]
+                    if read.get("gbs"):
+                        paired.append({"read_gbs": read["gbs"], "cuca_tps": round(cuca_plain[-1], 3),
+                                       "llama_tps": round(d["samples_tps"][0], 3)})
             c: dict[str, Any] = {}
             if stype is not None and spec_note is None:
                 try:
@@ -105,7 +114,8 @@ def run_llama(b: Bench, prompts: dict[str, list[str]], work: Workload, ms: Seque
     return {
         "plain": {"label": f"tg{max_tokens}", "plain_tps": _rnd(plain_tps, 2), "plain_tps_range": spread(plain),
                   "cuca_plain_tps_same_time": _rnd(median(cuca_plain), 2),
-                  "cuca_over_llama_plain": _rnd(median(cuca_plain) / plain_tps), "source": plain_src},
+                  "cuca_over_llama_plain": _rnd(median(cuca_plain) / plain_tps), "source": plain_src,
+                  "paired_reads": paired},
         "categories": cats, "peer": peer.info(), "spec_skipped": spec_note if stype else
         f"llama.cpp has no counterpart of the {b.drafter_kind} drafter here",
         "spec_round_ms": _rnd(median([c["round_ms"] for c in rounds]), 3) if rounds else None,

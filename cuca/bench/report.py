@@ -116,7 +116,8 @@ def run_bench_options(o: BenchOptions, log: Log = _quiet) -> dict[str, Any]:
     if o.llama:
         log("llama.cpp")
         ms = sorted(set(o.pass_sizes) | {1, o.draft_tokens + 1})
-        res["llama"] = run_llama(b, prompts, Workload(o.max_tokens, max(1, o.reps // 2)), ms, log=log)
+        probe = (lambda: read_bandwidth(b.threads)) if o.bandwidth else None
+        res["llama"] = run_llama(b, prompts, Workload(o.max_tokens, max(1, o.reps // 2)), ms, probe, log)
     _attach_llama(res)
     if o.bandwidth:
         reads.append(read_bandwidth(b.threads))
@@ -140,11 +141,24 @@ def _bandwidth(res: dict[str, Any], path: Path, reads: list[dict[str, Any]]) -> 
     cuca_tps = median([c["plain_tps"] for c in cats if c.get("plain_tps")])
     llama_tps = res.get("llama", {}).get("plain", {}).get("plain_tps") or float("nan")
     gbs = bw.get("gbs")
-    return {"read": bw, "weight_bytes_per_token": per_tok,
-            "cuca": {"plain_tps": _rnd(cuca_tps, 2), **achieved(per_tok, cuca_tps, gbs)},
-            "llama.cpp": {"plain_tps": _rnd(llama_tps, 2), **achieved(per_tok, llama_tps, gbs)},
-            "source": "achieved GB/s = weight bytes per token (every matrix but the lookup tables, the tied "
-                      "embedding once as the LM head) x median plain tok/s of this run"}
+    out: dict[str, Any] = {"read": bw, "weight_bytes_per_token": per_tok,
+                           "cuca": {"plain_tps": _rnd(cuca_tps, 2), **achieved(per_tok, cuca_tps, gbs)},
+                           "llama.cpp": {"plain_tps": _rnd(llama_tps, 2), **achieved(per_tok, llama_tps, gbs)},
+                           "source": "achieved GB/s = weight bytes per token (every matrix but the lookup tables, "
+                                     "the tied embedding once as the LM head) x median plain tok/s of this run"}
+    # the same from read samples taken right before each pair of plain runs (the llama.cpp section): the median of
+    # the per-sample shares follows a read rate that moves within the run
+    pairs = res.get("llama", {}).get("plain", {}).get("paired_reads") or []
+    for who, key in (("cuca", "cuca_tps"), ("llama.cpp", "llama_tps")):
+        shares = [achieved(per_tok, p[key], p["read_gbs"])["of_read_bandwidth"] for p in pairs]
+        shares = [x for x in shares if x is not None]
+        if shares:
+            out[who]["of_read_bandwidth_paired"] = _rnd(median(shares), 3)
+            out[who]["paired_samples"] = len(shares)
+    if pairs:
+        out["paired_source"] = ("per (read sample, plain decode run right after it) the achieved share; the median "
+                                "over the llama.cpp section's interleaved runs")
+    return out
 
 
 def _attach_llama(res: dict[str, Any]) -> None:
@@ -266,8 +280,10 @@ def format_report(res: dict[str, Any]) -> str:
                      else f"read bandwidth: {rd.get('skipped')}")
         for who in ("cuca", "llama.cpp"):
             e = bw[who]
+            paired = (f"; paired with a read sample before each run: {_f(e['of_read_bandwidth_paired'], '{:.0%}')} "
+                      f"(median of {e['paired_samples']})" if e.get("of_read_bandwidth_paired") is not None else "")
             lines.append(f"  {who:10s} decode {_f(e['plain_tps'])} tok/s x {bw['weight_bytes_per_token'] / 1e6:.1f} "
-                         f"MB/token = {_f(e['gbs'])} GB/s ({_f(e['of_read_bandwidth'], '{:.0%}')} of read)")
+                         f"MB/token = {_f(e['gbs'])} GB/s ({_f(e['of_read_bandwidth'], '{:.0%}')} of read{paired})")
     lines.append(f"({res.get('seconds', 0):.0f} s)")
     return "\n".join(lines)
 
