@@ -247,7 +247,7 @@ class Model(Decoder):
     def run(self, batch: Batch) -> np.ndarray:
         """The rows of `batch` -> hidden states after output_norm, float32 (M, n_embd)."""
         c, ops = self.c, self.ops
-        # per sequence: keep per-token snapshots (a rollback may follow), or the chunked form (long prefill)
+        # per sequence: keep the state updates rollable (records, or snapshots), or the chunked form (long prefill)
         chunked = [not s.cache.begin(s.m) and s.m >= self.chunked_prefill_min for s in batch.seqs]
         x = self.token_embd.rows(ops, batch.tokens)
         for il, b in enumerate(self.blk):
