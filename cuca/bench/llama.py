@@ -67,7 +67,7 @@ def run_llama(b: Bench, prompts: dict[str, list[str]], work: Workload, ms: Seque
     figure: it decodes no prompt, so a category would only repeat it), per category its own speculation on the same
     pair (where it has a counterpart of the drafter); the cost of M-row passes. `probe` (the read bandwidth) runs
     right before each cuca / llama.cpp pair of plain runs: `paired_reads` keeps the three figures together."""
-    reps, max_tokens, pass_reps = work.reps, work.max_tokens, PASS_REPS
+    reps, max_tokens = work.reps, work.max_tokens
     peer = find_peer(b.threads)
     if peer is None:
         return {"skipped": f"no native llama.cpp build (run {BUILD_SCRIPT}, or set CUCA_LLAMA_BIN)"}
@@ -101,12 +101,12 @@ def run_llama(b: Bench, prompts: dict[str, list[str]], work: Workload, ms: Seque
             if c.get("spec_tps"):
                 c["speedup"] = _rnd(c["spec_tps"] / plain_tps)
         log(f"  llama.cpp plain (llama-bench tg{max_tokens}): {plain_tps:6.2f} tok/s")
-        theirs = peer.pass_ms(b.path, ms, pass_reps)
+        theirs = peer.pass_ms(b.path, ms, PASS_REPS)
     except PeerError as e:
         return {"skipped": f"llama.cpp (native) could not run {b.path.name}: {e}"[:500], "peer": peer.info()}
     prompt = b.encode(PROMPTS["prose"][0])
-    ours = cuca_pass_ms(b, prompt, ms, pass_reps)
-    ours_last = cuca_pass_ms(b, prompt, ms, pass_reps, "last")
+    ours = cuca_pass_ms(b, prompt, ms, PASS_REPS)
+    ours_last = cuca_pass_ms(b, prompt, ms, PASS_REPS, "last")
     pm = {"llama.cpp": {m: round(float(v), 3) for m, v in theirs["ms"].items()},
           "cuca": {str(m): round(v, 3) for m, v in ours.items()},
           "cuca (last row's logits)": {str(m): round(v, 3) for m, v in ours_last.items()}}

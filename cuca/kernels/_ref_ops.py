@@ -307,7 +307,38 @@ def deltanet(q, k, v, g, beta, state, snaps, out, eps, scale, n_threads=0) -> No
     eps)), q then scaled; per token and head: S = exp(g) S, kv = k^T S, S += k (beta (v - kv))^T, o = q^T S.
     state (H, dk, dv) is updated in place; snaps (>= T-1, H, dk, dv) or None receives the state after each
     token but the last."""
-    fn = "deltanet"
+    a = _dn_args("deltanet", q, k, v, g, beta, state, snaps, out, eps, scale, n_threads)
+    state[...] = _dn_steps(a, state.astype(np.float64), None)
+
+
+def deltanet_deferred(q, k, v, g, beta, state, out, pend, n_pend, rec, defer, eps, scale, n_threads=0) -> None:
+    """deltanet with deferred commit. A token's record (dk + dv + 1 floats per head) is its normalised k, d = beta
+    (v - kv) and exp(g). The n_pend records of pend (>= n_pend, H, dk + dv + 1) are applied to state first
+    (S = exp(g) S + k d^T) and stored; the new tokens' records go to rec (or None); with defer the state after the new
+    tokens is not stored."""
+    fn = "deltanet_deferred"
+    a = _dn_args(fn, q, k, v, g, beta, state, None, out, eps, scale, n_threads)
+    H, dk, dv = state.shape
+    for name, r, n in (("pend", pend, n_pend), ("rec", rec, a["q"].shape[0])):
+        if r is not None:
+            r = _array(fn, name, r, "f", (3,))
+            if r.shape[0] < n or r.shape[1:] != (H, dk + dv + 1):
+                raise ValueError(f"{fn}(): {name} must have shape (>= {n}, {H}, {dk + dv + 1})")
+    if not (isinstance(n_pend, (int, np.integer)) and 0 <= n_pend) or (n_pend and pend is None):
+        raise ValueError(f"{fn}(): n_pend must be an integer >= 0 with pend given")
+    s = state.astype(np.float64)
+    for p in range(int(n_pend)):
+        r = pend[p].astype(np.float64)
+        s = s * r[:, dk + dv][:, None, None] + r[:, :dk, None] * r[:, None, dk : dk + dv]
+    if n_pend and defer:
+        state[...] = s
+    s = _dn_steps(a, s, rec)
+    if not defer:
+        state[...] = s
+
+
+def _dn_args(fn: str, q, k, v, g, beta, state, snaps, out, eps, scale, n_threads) -> dict[str, Any]:
+    """deltanet's arguments checked as the C kernel checks them."""
     q = _array(fn, "q", q, "f", (3,))
     k = _array(fn, "k", k, "f", (3,))
     v = _array(fn, "v", v, "f", (3,))
@@ -335,9 +366,9 @@ def deltanet(q, k, v, g, beta, state, snaps, out, eps, scale, n_threads=0) -> No
     _writeable(fn, "state", state)
     _writeable(fn, "out", out)
     ins = (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta))
-    for name, a in ins:
-        _disjoint(fn, "out", out, name, a)
-        _disjoint(fn, "state", state, name, a)
+    for name, x in ins:
+        _disjoint(fn, "out", out, name, x)
+        _disjoint(fn, "state", state, name, x)
     _disjoint(fn, "out", out, "state", state)
     if snaps is not None:
         if snaps.shape[0] < T - 1 or snaps.shape[1:] != (H, dk, dv):
@@ -345,61 +376,32 @@ def deltanet(q, k, v, g, beta, state, snaps, out, eps, scale, n_threads=0) -> No
         if not snaps.flags.c_contiguous:
             raise ValueError(f"{fn}(): snaps must be C-contiguous")
         _writeable(fn, "snaps", snaps)
-        for name, a in (*ins, ("state", state), ("out", out)):
-            _disjoint(fn, "snaps", snaps, name, a)
-    s = state.astype(np.float64)
+        for name, x in (*ins, ("state", state), ("out", out)):
+            _disjoint(fn, "snaps", snaps, name, x)
+    return {"q": q, "k": k, "v": v, "g": g, "beta": beta, "snaps": snaps, "out": out, "eps": eps, "scale": scale}
+
+
+def _dn_steps(a: dict[str, Any], s: np.ndarray, rec) -> np.ndarray:
+    """The tokens of a (from _dn_args) on the float64 state s: outputs, snapshots and (rec given) each token's
+    record (normalised k, d, exp(g)); returns the state after the last token."""
+    q, k, v, g, beta, snaps, out, eps = a["q"], a["k"], a["v"], a["g"], a["beta"], a["snaps"], a["out"], a["eps"]
+    T, dk = q.shape[0], q.shape[2]
     for t in range(T):
         q64 = q[t].astype(np.float64)
         k64 = k[t].astype(np.float64)
-        q64 = q64 / np.sqrt(np.sum(q64 * q64, axis=-1, keepdims=True) + eps) * scale
+        q64 = q64 / np.sqrt(np.sum(q64 * q64, axis=-1, keepdims=True) + eps) * a["scale"]
         k64 = k64 / np.sqrt(np.sum(k64 * k64, axis=-1, keepdims=True) + eps)
-        s = s * np.exp(g[t].astype(np.float64))[:, None, None]
+        e = np.exp(g[t].astype(np.float64))
+        s = s * e[:, None, None]
         kv = np.einsum("hi,hij->hj", k64, s)
         delta = beta[t].astype(np.float64)[:, None] * (v[t].astype(np.float64) - kv)
         s = s + k64[:, :, None] * delta[:, None, :]
         out[t] = np.einsum("hi,hij->hj", q64, s)
         if snaps is not None and t < T - 1:
             snaps[t] = s
-    state[...] = s
-
-
-def deltanet_deferred(q, k, v, g, beta, state, out, pend, n_pend, rec, defer, eps, scale, n_threads=0) -> None:
-    """deltanet with deferred commit. A token's record (dk + dv + 1 floats per head) is its normalised k, d = beta
-    (v - kv) and exp(g). The n_pend records of pend (>= n_pend, H, dk + dv + 1) are applied to state first
-    (S = exp(g) S + k d^T) and stored; the new tokens' records go to rec (or None); with defer the state after the new
-    tokens is not stored."""
-    fn = "deltanet_deferred"
-    state = _array(fn, "state", state, "f", (3,))
-    H, dk, dv = state.shape
-    w = dk + dv + 1
-    for name, a, n in (("pend", pend, n_pend), ("rec", rec, np.shape(q)[0] if np.ndim(q) == 3 else 0)):
-        if a is None:
-            continue
-        a = _array(fn, name, a, "f", (3,))
-        if a.shape[0] < n or a.shape[1:] != (H, w):
-            raise ValueError(f"{fn}(): {name} must have shape (>= {n}, {H}, {w})")
-    if not (isinstance(n_pend, (int, np.integer)) and 0 <= n_pend) or (n_pend and pend is None):
-        raise ValueError(f"{fn}(): n_pend must be an integer >= 0 with pend given")
-    s = state.astype(np.float64)
-    for p in range(int(n_pend)):
-        r = pend[p].astype(np.float64)
-        s = s * r[:, dk + dv][:, None, None] + r[:, :dk, None] * r[:, None, dk : dk + dv]
-    if n_pend and defer:
-        state[...] = s
-    work = np.array(s, np.float32)
-    deltanet(q, k, v, g, beta, work, None, out, eps, scale, n_threads)
-    if rec is not None:
-        s = np.array(s, np.float64)
-        for t in range(np.shape(q)[0]):
-            k64 = np.asarray(k[t], np.float64)
-            k64 = k64 / np.sqrt(np.sum(k64 * k64, axis=-1, keepdims=True) + eps)
-            s = s * np.exp(np.asarray(g[t], np.float64))[:, None, None]
-            kv = np.einsum("hi,hij->hj", k64, s)
-            d = np.asarray(beta[t], np.float64)[:, None] * (np.asarray(v[t], np.float64) - kv)
-            s = s + k64[:, :, None] * d[:, None, :]
-            rec[t, :, :dk], rec[t, :, dk : dk + dv], rec[t, :, dk + dv] = k64, d, np.exp(np.asarray(g[t], np.float64))
-    if not defer:
-        state[...] = work
+        if rec is not None:
+            rec[t, :, :dk], rec[t, :, dk:-1], rec[t, :, -1] = k64, delta, e
+    return s
 
 
 # ---------------------------------------------------------------------------------------------- hybrid layers
