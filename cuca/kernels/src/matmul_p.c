@@ -1,4 +1,4 @@
-/* Row-interleaved ("packed") Q4_0 / Q8_0 / Q4_1 weights (Q6_K: matmul_p6.c; AVX-512 matmul_k.c) and their
+/* Row-interleaved ("packed") Q4_0 / Q8_0 / Q4_1 / Q5_0 / Q5_1 weights (Q6_K: matmul_p6.c; AVX-512 matmul_k.c) and their
  * tile kernels: R = 16 (AVX-512) or 8 (AVX2) weight rows share one vector, one int32 lane per row, so one
  * broadcast activation dword feeds R output rows and each lane sums a whole 32-block: per block and x row one
  * int->float conversion, one scale product and one fma for R rows (the raw kernels spend that on every 4 blocks
@@ -6,15 +6,16 @@
  *
  * Layout (same size as the raw tensor): rows in groups of R; a group is one stream of records of K = 64 / (2R)
  * 32-blocks (the last may hold fewer): the fp16 scales of rows 0..R-1 for each block of the record (one cache
- * line), then per block its code dwords t (bytes 4t..4t+3 of the codes; Q4_0 t < 4, Q8_0 t < 8) of rows 0..R-1
- * side by side (R * 4 bytes per t). The n_out % R last rows follow raw.
+ * line), then per block its code dwords t (bytes 4t..4t+3 of the codes; Q4_0 t < 4, Q8_0 t < 8; Q5: qh first) of
+ * rows 0..R-1 side by side (R * 4 bytes per t). The n_out % R last rows follow raw.
  * AVX-512 stores Q8_0 codes + 128 (unsigned for dpbusd; the activation correction c = -128 * sum(a) undoes it);
  * AVX2 keeps them signed (pk_block8: no VNNI, maddubs by the sign trick).
  * Raw rows (a packed tensor's last rows, weights kept raw) run the same kernel on vectors transposed from the rows
  * as they are loaded (pk_rows16 / pk_rows8): a row's result is the same bit for bit wherever it is stored.
  *
  * Per (weight row, x row) the float sequence is fixed: acc += float(sumi_b + c_b) * (dw_b * da_b) block by block
- * in one lane, whatever the tile height or the thread split: batch invariant. */
+ * in one lane (AVX2 Q5_0 / Q5_1: 8 partial sums, pk_block5), whatever the tile height or the thread split: batch
+ * invariant. */
 #include <stdlib.h>
 
 #include "packed.h"
@@ -56,8 +57,9 @@ __attribute__((constructor)) static void pk_pf_init(void) {
 
 int cuca_pack_rows(int wtype) {
 #if defined(CUCA_AVX2)
-    /* Q4_1 raw ran at about half the packed rate (AVX2); Q4_K: matmul_p4k.c */
-    if (wtype == GT_Q6_K || wtype == GT_Q4_1 || wtype == GT_Q4_K) return PK_R;
+    /* Q4_1 raw ran at about half the packed rate (AVX2); Q4_K: matmul_p4k.c; Q5_0 / Q5_1 (Gemma 3 270M's FFN and
+     * attention): the raw kernel drew 15.7-17.4 GB/s in Gemma 3 decode (pk_block5) */
+    if (wtype == GT_Q6_K || wtype == GT_Q4_1 || wtype == GT_Q4_K || wtype == GT_Q5_0 || wtype == GT_Q5_1) return PK_R;
     if (wtype == GT_F16 || wtype == GT_BF16) return PF_R; /* matmul_pf.c */
 #elif defined(CUCA_AVX512)
     if (wtype == GT_Q6_K) return 1; /* rows in place, codes reordered (matmul_k.c) */
@@ -235,17 +237,20 @@ typedef struct {
     const int8_t *q[PK_T];
     const int32_t *c[PK_T];
     const float *d[PK_T], *s[PK_T];
+    __m256 lane[PK_T][8]; /* Q5_0 / Q5_1: the raw kernel's 8 lane accumulators per x row (pk_block5) */
 } pk_tile8;
 
 static inline __attribute__((always_inline)) void pk_tile_init(pk_tile8 *T, const cuca_act *A, int64_t m0,
-                                                               const int nr, const int q41) {
+                                                               const int nr, const int hm, const int q5) {
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) {
         T->acc[r] = T->accm[r] = _mm256_setzero_ps();
+        if (q5)
+            for (int k = 0; k < 8; k++) T->lane[r][k] = _mm256_setzero_ps();
         T->q[r] = ACT_QS(A, m0 + r);
         T->c[r] = ACT_C(A, m0 + r);
         T->d[r] = ACT_D(A, m0 + r);
-        T->s[r] = q41 ? ACT_S(A, m0 + r) : NULL;
+        T->s[r] = hm ? ACT_S(A, m0 + r) : NULL;
     }
 }
 
@@ -281,6 +286,68 @@ static inline __attribute__((always_inline)) void pk_block4(const int q41, const
     }
 }
 
+/* The 5th bits of Q5_0 / Q5_1 code dword t (half 0: values 4t .. 4t+3, half 1: 16 + 4t ..) of 8 rows, from their
+ * qh dwords (one per int32 lane; bit i: value i), at bit 4 of each byte: the lane's qh byte that holds them copied
+ * into its 4 bytes (pshufb), each byte's own bit tested (and, cmpeq), kept as 0x10 */
+static inline __attribute__((always_inline)) __m256i pk_q5_bits(__m256i qh, const int t, const int half) {
+    const char k = (char)(2 * half + (t >> 1));
+    const __m256i ctl = _mm256_setr_epi8(k, k, k, k, (char)(4 + k), (char)(4 + k), (char)(4 + k), (char)(4 + k),
+                                         (char)(8 + k), (char)(8 + k), (char)(8 + k), (char)(8 + k), (char)(12 + k),
+                                         (char)(12 + k), (char)(12 + k), (char)(12 + k), k, k, k, k, (char)(4 + k),
+                                         (char)(4 + k), (char)(4 + k), (char)(4 + k), (char)(8 + k), (char)(8 + k),
+                                         (char)(8 + k), (char)(8 + k), (char)(12 + k), (char)(12 + k), (char)(12 + k),
+                                         (char)(12 + k));
+    const __m256i bit = _mm256_set1_epi32((int)(0x08040201u << (4 * (t & 1)))); /* byte j: bit 4 (t & 1) + j */
+    const __m256i m = _mm256_and_si256(_mm256_shuffle_epi8(qh, ctl), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(m, bit), _mm256_set1_epi8(0x10));
+}
+
+/* Block b of 8 weight rows, Q5_0 or Q5_1: v holds the rows' qh dwords, then code dword t at v + 32 (t + 1). Not
+ * one accumulator per x row as pk_block4: 8 partial sums L[j + 4h] (block j = b % 4 of its group of 4, half h:
+ * values 16h .. 16h + 15), each half's int sum (+ c on h = 0) -> float * da, fma with dw (Q5_1: then + mw * s on
+ * h = 0), summed at the end as ((L0 + L4) + (L2 + L6)) + ((L1 + L5) + (L3 + L7)). That is the float order of the
+ * raw AVX2 kernel that served these formats before (bit for bit), whose 8 partial sums keep Gemma 3 270M's greedy
+ * output with llama.cpp's: one accumulator per row moved it away on 2 of 8 fixture prompts (the Q8_0 activations
+ * requantized in every layer carry a last-bit difference to ~1 logit). A half's int16 sums stay exact (4 * 2 * 31 *
+ * 128 < 2^15). Gemma 3 270M whole passes 0.89-0.94x the raw kernel's time at M = 1 / 2 / 4 / 8 (AVX2 Zen 3, 2
+ * threads, two builds alternated in one process, cuca vs cuca), on par with the one-accumulator form. */
+static inline __attribute__((always_inline)) void pk_block5(const int hm, const uint8_t *v, __m256 dw, __m256 mw,
+                                                            int64_t b, const int nr, pk_tile8 *T) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), qh = _mm256_loadu_si256((const __m256i *)v);
+    const int j = (int)(b & 3);
+    __m256i p[PK_T], q[PK_T]; /* per x row: the low / high half's int16 pair sums */
+    #pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) {
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(v + 32 * (t + 1)));
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(w, m4), pk_q5_bits(qh, t, 0));
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), pk_q5_bits(qh, t, 1));
+        #pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const int8_t *a = T->q[r] + QK * b + 4 * t;
+            const __m256i x = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(ld_i32(a)));
+            const __m256i y = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(ld_i32(a + 16)));
+            p[r] = t ? _mm256_add_epi16(p[r], x) : x;
+            q[r] = t ? _mm256_add_epi16(q[r], y) : y;
+            if (nr > 1) {
+                PK_KEEP(p[r]);
+                PK_KEEP(q[r]);
+            }
+        }
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    #pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+        __m256i slo = _mm256_madd_epi16(p[r], ones);
+        if (!hm) slo = _mm256_add_epi32(slo, _mm256_set1_epi32(T->c[r][pk_ai(b)]));
+        const __m256 da = _mm256_set1_ps(T->d[r][pk_ai(b)]);
+        __m256 *L = T->lane[r];
+        L[j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(slo), da), dw, L[j]);
+        if (hm) L[j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(T->s[r][pk_ai(b)]), L[j]);
+        const __m256i shi = _mm256_madd_epi16(q[r], ones);
+        L[j + 4] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(shi), da), dw, L[j + 4]);
+    }
+}
+
 /* Block b of 8 weight rows, Q8_0, by the sign trick: per code dword t and x row maddubs(|w|, a * sign(w))
  * (|w| <= 128, |a| <= 127: each pair sum <= 32512, exact in int16; two could overflow, so madd widens each at
  * once), summed in int32. The codes stay signed (no offset: c = 0). */
@@ -309,16 +376,16 @@ static inline __attribute__((always_inline)) void pk_block8(const uint8_t *v, __
 /* Block b of a packed group: its scales at sc, its code dwords at cv (prefetched PK_PF ahead) */
 static inline __attribute__((always_inline)) void pk_rblock(const int wt, const uint8_t *sc, const uint8_t *cv,
                                                             int64_t b, const int nr, pk_tile8 *T) {
-    const int cb = wt == GT_Q8_0 ? 256 : 128;
+    const int cb = 32 * PK_NT(wt), hm = Q32_HASMIN(wt);
     #pragma GCC unroll 8
     for (int o = 0; o <= cb; o += 64) _mm_prefetch((const char *)cv + PK_PF + o, _MM_HINT_T1);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc));
     if (wt == GT_Q8_0) {
         pk_block8(cv, dw, b, nr, T);
     } else {
-        const __m256 mw = wt == GT_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 16)))
-                                        : _mm256_setzero_ps();
-        pk_block4(wt == GT_Q4_1, cv, dw, mw, b, nr, T);
+        const __m256 mw = hm ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 16))) : _mm256_setzero_ps();
+        if (wt == GT_Q5_0 || wt == GT_Q5_1) pk_block5(hm, cv, dw, mw, b, nr, T);
+        else pk_block4(hm, cv, dw, mw, b, nr, T);
     }
 }
 
@@ -327,7 +394,7 @@ static inline __attribute__((always_inline)) void pk_rblock(const int wt, const 
  * record measured 1.02-1.07x the time in cache (1024x1536, 1 thread, AVX2), on par from memory. */
 static inline __attribute__((always_inline)) void pk_record(const int wt, const uint8_t *g, int64_t b0, const int kk,
                                                             const int nr, pk_tile8 *T) {
-    const int q41 = wt == GT_Q4_1, q8 = wt == GT_Q8_0, cb = q8 ? 256 : 128, sl = q41 ? 32 : 16;
+    const int cb = 32 * PK_NT(wt), sl = Q32_HASMIN(wt) ? 32 : 16;
     const uint8_t *rec = g + (size_t)b0 * (size_t)(sl + cb), *cv = rec + sl * kk;
     /* not unrolled: 4 blocks at once (M = 1) ran 2-4% faster in cache but 8-12% slower from memory (AVX2, measured) */
     #pragma GCC unroll 1
@@ -340,9 +407,10 @@ static inline __attribute__((always_inline)) void pk_record(const int wt, const 
 static inline __attribute__((always_inline)) void pk_group(const int wt, const uint8_t *g, int64_t nb,
                                                            const cuca_act *A, int64_t m0, const int nr, float *out,
                                                            int64_t ldo, int nv, const size_t rb) {
-    const int q41 = wt == GT_Q4_1, q8 = wt == GT_Q8_0, bytes = Q32_BYTES(wt), coff = q41 ? 4 : 2;
+    const int hm = Q32_HASMIN(wt), q8 = wt == GT_Q8_0, q5 = wt == GT_Q5_0 || wt == GT_Q5_1;
+    const int bytes = Q32_BYTES(wt), coff = 2 + 2 * hm + 4 * q5; /* the codes after d (+ m) (+ qh) */
     pk_tile8 T;
-    pk_tile_init(&T, A, m0, nr, q41);
+    pk_tile_init(&T, A, m0, nr, hm, q5);
     if (!rb) {
         for (int64_t b0 = 0; b0 < nb; b0 += 4) { /* full records with constant offsets, then the short last one */
             if (nb - b0 >= 4) pk_record(wt, g, b0, 4, nr, &T);
@@ -356,18 +424,26 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
             if (((size_t)b * (size_t)bytes & 63) < (size_t)bytes) /* this block starts a new line of each row */
                 for (int i = 0; i < nv; i++) _mm_prefetch((const char *)blk + (size_t)i * rb + CUCA_PREFETCH, _MM_HINT_T0);
             __m256i v[8];
-            pk_rows8(blk + coff, rb, nv, v);
+            pk_rows8(blk + coff, rb, nv, v + q5);
             if (q8) pk_rows8(blk + 18, rb, nv, v + 4);
+            if (q5) v[0] = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(blk + coff - 4), idx, mk, 1);
             const __m256 dw = pk_scales8(blk, idx, mk);
             if (q8) {
                 pk_block8((const uint8_t *)v, dw, b, nr, &T);
             } else {
-                const __m256 mw = q41 ? pk_scales8(blk + 2, idx, mk) : _mm256_setzero_ps();
-                pk_block4(q41, (const uint8_t *)v, dw, mw, b, nr, &T);
+                const __m256 mw = hm ? pk_scales8(blk + 2, idx, mk) : _mm256_setzero_ps();
+                if (q5) pk_block5(hm, (const uint8_t *)v, dw, mw, b, nr, &T);
+                else pk_block4(hm, (const uint8_t *)v, dw, mw, b, nr, &T);
             }
         }
     }
-    if (q41)
+    if (q5) /* cuca_hsum256's order, lane by lane */
+        for (int r = 0; r < nr; r++) {
+            const __m256 *L = T.lane[r];
+            T.acc[r] = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(L[0], L[4]), _mm256_add_ps(L[2], L[6])),
+                                     _mm256_add_ps(_mm256_add_ps(L[1], L[5]), _mm256_add_ps(L[3], L[7])));
+        }
+    else if (hm)
         for (int r = 0; r < nr; r++) T.acc[r] = _mm256_add_ps(T.acc[r], T.accm[r]);
     pk_store8(out, ldo, nr, nv, T.acc);
 }
@@ -395,10 +471,8 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
 PK_FNS(pk_q4_0, GT_Q4_0)
 PK_FNS(pk_q8_0, GT_Q8_0)
 PK_FNS(pk_q4_1, GT_Q4_1)
-#if defined(CUCA_AVX512)
 PK_FNS(pk_q5_0, GT_Q5_0)
 PK_FNS(pk_q5_1, GT_Q5_1)
-#endif
 #endif
 
 int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
@@ -411,10 +485,8 @@ int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     if (wtype == GT_Q4_0) p = pk_q4_0, r = pk_q4_0_raw;
     else if (wtype == GT_Q8_0) p = pk_q8_0, r = pk_q8_0_raw;
     else if (wtype == GT_Q4_1) p = pk_q4_1, r = pk_q4_1_raw;
-#if defined(CUCA_AVX512)
     else if (wtype == GT_Q5_0) p = pk_q5_0, r = pk_q5_0_raw;
     else if (wtype == GT_Q5_1) p = pk_q5_1, r = pk_q5_1_raw;
-#endif
     else return CUCA_EUNSUPPORTED;
     if (packed) *packed = p;
     if (raw) *raw = r;
