@@ -64,11 +64,12 @@ static inline __attribute__((always_inline)) void p6_codes(const uint8_t *v, con
     }
 }
 
-/* Superblock sb of a group (v: its 52 code / scale vectors; raw: in the raw ql / qh order) for nr x rows. */
+/* Superblock sb of a group (v: its 52 code / scale vectors; raw: in the raw ql / qh order) for nr x rows; pf: NULL,
+ * or 2 KiB to prefetch (T1) over its 16 groups. */
 static inline __attribute__((always_inline)) void p6_sb(const uint8_t *v, const int raw, __m256 dw, int64_t sb,
                                                         const int nr, const int8_t *const *q,
                                                         const int32_t *const *bs, const float *const *d,
-                                                        __m256 *acc) {
+                                                        __m256 *acc, const uint8_t *pf) {
     __m256i isum[P6_T];
     #pragma GCC unroll 4
     for (int r = 0; r < nr; r++) isum[r] = _mm256_setzero_si256();
@@ -88,6 +89,10 @@ static inline __attribute__((always_inline)) void p6_sb(const uint8_t *v, const 
                 p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[k], _mm256_set1_epi32(ld_i32(a + 4 * k))));
             p = _mm256_add_epi16(p, _mm256_set1_epi32(bs[r][16 * sb + g]));
             isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, sc));
+        }
+        if (pf) { /* p6_group: 2 of the superblock's prefetch lines per group of 16 values */
+            _mm_prefetch((const char *)pf + 128 * g, _MM_HINT_T1);
+            _mm_prefetch((const char *)pf + 128 * g + 64, _MM_HINT_T1);
         }
     }
     #pragma GCC unroll 4
@@ -125,14 +130,21 @@ static inline __attribute__((always_inline)) void p6_group(const uint8_t *g, int
             const __m256i h = _mm256_srli_epi32(
                 _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(cb + 206), idx, mk, 1), 16);
             const __m256 dw = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
-            p6_sb((const uint8_t *)buf, 1, dw, sb, nr, q, bs, d, acc);
+            p6_sb((const uint8_t *)buf, 1, dw, sb, nr, q, bs, d, acc, NULL);
         } else {
             size_t co, so;
             pk_where(8, nb, sb, (size_t)P6_V * P6_NT, 2, &co, &so);
-            #pragma GCC unroll 32
-            for (int o = 0; o < 8 * P6_BYTES; o += 64) _mm_prefetch((const char *)g + co + PK_PF + o, _MM_HINT_T1);
+            /* 1-2 x rows: the superblock's prefetches spread over its groups of 16 values (p6_sb), not one burst of
+             * 27: Q6_K 12288 x 1536 from memory 0.85-0.88x the time at M = 1 and 0.93-0.98x at M = 2, Gemma 4 E2B
+             * decode (its 262144 x 1536 Q6_K head) 0.977x at M = 1 and 2 (AVX2 Zen 3, 2 threads, cuca vs cuca,
+             * alternated in one process); at 3-4 rows on par, so they keep the burst. A tensor read from cache runs
+             * 1.13-1.17x slower spread (15.5 MB reused), which decode's weight stream never is. */
+            if (nr > 2) {
+                #pragma GCC unroll 32
+                for (int o = 0; o < 8 * P6_BYTES; o += 64) _mm_prefetch((const char *)g + co + PK_PF + o, _MM_HINT_T1);
+            }
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so)));
-            p6_sb(g + co, 0, dw, sb, nr, q, bs, d, acc);
+            p6_sb(g + co, 0, dw, sb, nr, q, bs, d, acc, nr > 2 ? NULL : g + co + PK_PF);
         }
     }
     pk_store8(out, ldo, nr, nv, acc);
