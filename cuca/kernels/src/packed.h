@@ -1,6 +1,6 @@
-/* Internal helpers of the row-interleaved ("packed") weight kernels, shared by matmul_p.c (Q4_0 / Q8_0) and
- * matmul_p6.c (Q6_K): the rows per group R, the record geometry and the transposes that turn R raw rows into the
- * vectors of the packed layout. */
+/* Internal helpers of the row-interleaved ("packed") weight kernels, shared by matmul_p.c (the 32-value block
+ * formats), matmul_p6.c (Q6_K), matmul_p4k.c (Q4_K), matmul_pf.c (F16 / BF16) and matmul_k.c: the rows per group R, the record
+ * geometry and the transposes that turn R raw rows into the vectors of the packed layout. */
 #ifndef CUCA_PACKED_H
 #define CUCA_PACKED_H
 #include "qmatmul.h"
