@@ -114,14 +114,7 @@ class Ops:
     def matmul(self, w: Linear, x: np.ndarray) -> np.ndarray:
         """x (M, n_in) @ W.T -> (M, n_out)."""
         out = np.empty((x.shape[0], w.n_out), np.float32)
-        p = getattr(w, "_packed", None)
-        # a weight packed already calls the kernel from here (hundreds of calls a token), one Python frame less:
-        # SmolLM2 decode steps 0.974-1.003x the time, median of 5 runs 0.985x; Gemma 3 0.985x (2 threads, AVX2
-        # Zen 3, the two forms alternated in one process)
-        if p.__class__ is tuple and p[0] is w.w and p[3]:
-            self.k.matmul_packed(p[1], w.wtype, p[2], w.n_in, x, out, self.threads)
-        else:
-            packing.matmul(self.k, w, x, out, self.threads, self.arena)
+        packing.matmul(self.k, w, x, out, self.threads, self.arena)
         return out
 
     def get_rows(self, w: Linear, ids: np.ndarray) -> np.ndarray:
