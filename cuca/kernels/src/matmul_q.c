@@ -10,7 +10,7 @@
  * that packed and raw rows give identical results. */
 #include "qmatmul.h"
 
-#define QA_T 4
+#define QA_T 4 /* x rows per tile of the portable kernel (CUCA_TILE_FN's 4 below) */
 
 int cuca_qa_offset(int wtype) {
 #if defined(CUCA_AVX512)
@@ -67,7 +67,7 @@ int cuca_tile_q(int wtype, cuca_tile_fn *fn, int *tile) {
     case GT_Q5_1: *fn = tile_q5_1; break;
     default: return CUCA_EUNSUPPORTED;
     }
-    *tile = 4;
+    *tile = QA_T;
     return CUCA_OK;
 #else
     (void)fn; (void)tile;
