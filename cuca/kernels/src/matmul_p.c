@@ -2,7 +2,7 @@
  * tile kernels: R = 16 (AVX-512) or 8 (AVX2) weight rows share one vector, one int32 lane per row, so one
  * broadcast activation dword feeds R output rows and each lane sums a whole 32-block: per block and x row one
  * int->float conversion, one scale product and one fma for R rows (the raw kernels spend that on every 4 blocks
- * of one row).
+ * of one row). AVX2 Q4_0 packs 16 rows, read as two 8-row halves (matmul_p2.c).
  *
  * Layout (same size as the raw tensor): rows in groups of R; a group is one stream of records of K = 64 / (2R)
  * 32-blocks (the last may hold fewer): the fp16 scales of rows 0..R-1 for each block of the record (one cache
@@ -61,6 +61,7 @@ int cuca_pack_rows(int wtype) {
      * attention): the raw kernel drew 15.7-17.4 GB/s in Gemma 3 decode (pk_block5) */
     if (wtype == GT_Q6_K || wtype == GT_Q4_1 || wtype == GT_Q4_K || wtype == GT_Q5_0 || wtype == GT_Q5_1) return PK_R;
     if (wtype == GT_F16 || wtype == GT_BF16) return PF_R; /* matmul_pf.c */
+    if (wtype == GT_Q4_0) return 2 * PK_R; /* matmul_p2.c: two 8-row halves */
 #elif defined(CUCA_AVX512)
     if (wtype == GT_Q6_K) return 1; /* rows in place, codes reordered (matmul_k.c) */
     /* every 32-block format: Q4_1 (SmolLM2) and Q5_0 / Q5_1 (Gemma 3 270M's FFN; the 5th bits set by vpmultishiftqb,
@@ -110,19 +111,12 @@ int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *
 
 #if defined(CUCA_AVX512) || defined(CUCA_AVX2)
 
-/* the activation dword holding values v .. v+3 (v % 4 == 0) of block b, its correction c and scale d */
+/* the activation dword holding values v .. v+3 (v % 4 == 0) of block b (its c and d: pk_ai, packed.h) */
 static inline __attribute__((always_inline)) const int8_t *pk_aq(const int8_t *qs, int64_t b, int v) {
 #if defined(CUCA_AVX512) /* group-interleaved halves (qmatmul.h) */
     return qs + QK * (b & ~(int64_t)3) + (v < 16 ? 0 : 64) + 16 * (b & 3) + (v & 15);
 #else
     return qs + QK * b + v;
-#endif
-}
-static inline __attribute__((always_inline)) int64_t pk_ai(int64_t b) {
-#if defined(CUCA_AVX512)
-    return QA_LANES * b;
-#else
-    return 8 * (b >> 2) + (b & 3);
 #endif
 }
 #endif
@@ -230,30 +224,6 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
 }
 
 #elif defined(CUCA_AVX2)
-/* A group kernel's x rows m0 .. m0+nr-1 (their activations) and its accumulators, one ymm per x row (accm: Q4_1's
- * min terms, summed into acc at the end). */
-typedef struct {
-    __m256 acc[PK_T], accm[PK_T];
-    const int8_t *q[PK_T];
-    const int32_t *c[PK_T];
-    const float *d[PK_T], *s[PK_T];
-    __m256 lane[PK_T][8]; /* Q5_0 / Q5_1: the raw kernel's 8 lane accumulators per x row (pk_block5) */
-} pk_tile8;
-
-static inline __attribute__((always_inline)) void pk_tile_init(pk_tile8 *T, const cuca_act *A, int64_t m0,
-                                                               const int nr, const int hm, const int q5) {
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) {
-        T->acc[r] = T->accm[r] = _mm256_setzero_ps();
-        if (q5)
-            for (int k = 0; k < 8; k++) T->lane[r][k] = _mm256_setzero_ps();
-        T->q[r] = ACT_QS(A, m0 + r);
-        T->c[r] = ACT_C(A, m0 + r);
-        T->d[r] = ACT_D(A, m0 + r);
-        T->s[r] = hm ? ACT_S(A, m0 + r) : NULL;
-    }
-}
-
 /* Block b of 8 weight rows, Q4_0 or Q4_1: v holds code dword t of rows 0..7 at v + 32 t, dw / mw their scales /
  * mins. Per x row the 8 code/activation pair products summed in int16 (|sum| <= 8 * 2 * 15 * 128 < 2^15: exact in
  * any order), widened once; Q4_0 + c (its code offset), Q4_1 (w = d * code + m, no offset) adds the min term
@@ -482,7 +452,11 @@ int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
 #if PK_R > 0
     cuca_pk_fn p = NULL;
     cuca_tile_fn r = NULL;
+#if defined(CUCA_AVX2)
+    if (wtype == GT_Q4_0) p = cuca_pk16_q4_0, r = pk_q4_0_raw; /* bit-equal (matmul_p2.c) */
+#else
     if (wtype == GT_Q4_0) p = pk_q4_0, r = pk_q4_0_raw;
+#endif
     else if (wtype == GT_Q8_0) p = pk_q8_0, r = pk_q8_0_raw;
     else if (wtype == GT_Q4_1) p = pk_q4_1, r = pk_q4_1_raw;
     else if (wtype == GT_Q5_0) p = pk_q5_0, r = pk_q5_0_raw;

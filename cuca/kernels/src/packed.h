@@ -55,6 +55,14 @@ static inline __attribute__((always_inline)) void pk_where(int R, int64_t nb, in
 }
 
 #if defined(CUCA_AVX512) || defined(CUCA_AVX2)
+/* where block b's scale d and correction c are among the activation row's (qmatmul.h) */
+static inline __attribute__((always_inline)) int64_t pk_ai(int64_t b) {
+#if defined(CUCA_AVX512)
+    return QA_LANES * b;
+#else
+    return 8 * (b >> 2) + (b & 3);
+#endif
+}
 static inline int32_t ld_i32(const void *p) { int32_t v; memcpy(&v, p, 4); return v; }
 #endif
 
@@ -99,6 +107,30 @@ static inline __attribute__((always_inline)) void pk_rows8(const uint8_t *p, siz
 /* GCC re-associates integer vector sums: left free, it computes all of a block's products before adding any and
  * spills them (AVX2 has 16 registers; 2+ x rows). An empty asm on a partial sum keeps the adds in source order. */
 #define PK_KEEP(v) __asm__("" : "+x"(v))
+
+/* A group kernel's x rows m0 .. m0+nr-1 (their activations) and its accumulators, one ymm per x row (accm: Q4_1's
+ * min terms, summed into acc at the end). */
+typedef struct {
+    __m256 acc[PK_T], accm[PK_T];
+    const int8_t *q[PK_T];
+    const int32_t *c[PK_T];
+    const float *d[PK_T], *s[PK_T];
+    __m256 lane[PK_T][8]; /* Q5_0 / Q5_1: the raw kernel's 8 lane accumulators per x row (pk_block5) */
+} pk_tile8;
+
+static inline __attribute__((always_inline)) void pk_tile_init(pk_tile8 *T, const cuca_act *A, int64_t m0,
+                                                               const int nr, const int hm, const int q5) {
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) {
+        T->acc[r] = T->accm[r] = _mm256_setzero_ps();
+        if (q5)
+            for (int k = 0; k < 8; k++) T->lane[r][k] = _mm256_setzero_ps();
+        T->q[r] = ACT_QS(A, m0 + r);
+        T->c[r] = ACT_C(A, m0 + r);
+        T->d[r] = ACT_D(A, m0 + r);
+        T->s[r] = hm ? ACT_S(A, m0 + r) : NULL;
+    }
+}
 
 /* raw rows: the fp16 block scales at p + i * rb (lane mask mk: rows i < nv; idx: i * rb) as 8 floats */
 static inline __attribute__((always_inline)) __m256 pk_scales8(const uint8_t *p, __m256i idx, __m256i mk) {
@@ -147,6 +179,11 @@ int cuca_tile_k6p(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
 /* matmul_p4k.c: the Q4_K packing (its own superblock layout) and group kernel, as cuca_tile_p */
 int cuca_p4k_pack(const void *w, int64_t n_out, int64_t n_in, void *dst);
 int cuca_tile_p4k(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
+#if defined(CUCA_AVX2)
+/* matmul_p2.c: the Q4_0 group kernel (cuca_pk_fn) on groups of 16 rows (cuca_pack_rows) */
+void cuca_pk16_q4_0(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo,
+                    int nv);
+#endif
 /* matmul_pf.c: F16 / BF16 in groups of PF_R rows (AVX2), its packing (2-byte values, any n_in) and kernels */
 #define PF_R 4
 int cuca_pf_pack(const void *w, int64_t n_out, int64_t n_in, void *dst);
