@@ -64,6 +64,34 @@ static inline __attribute__((always_inline)) void p6_codes(const uint8_t *v, con
     }
 }
 
+/* 16-value group g of superblock sb (values 16g .. 16g+15, scale g) into the rows' int32 sums (integer sums: any
+ * group order, same bits); keep: each row's sum kept in order (PK_KEEP) */
+static inline __attribute__((always_inline)) void p6_grp(const uint8_t *v, const int raw, const int g, int64_t sb,
+                                                         const int nr, const int8_t *const *q,
+                                                         const int32_t *const *bs, __m256i *isum, const uint8_t *pf,
+                                                         const int keep) {
+    const __m256i sv = _mm256_loadu_si256((const __m256i *)(v + P6_V * (48 + (g >> 2))));
+    const __m256i sc = _mm256_srai_epi16(
+        _mm256_shuffle_epi8(sv, _mm256_load_si256((const __m256i *)p6_scsel[g & 3])), 8);
+    __m256i u[4];
+    p6_codes(v, g, raw, u);
+    #pragma GCC unroll 4
+    for (int r = 0; r < nr; r++) {
+        const int8_t *a = q[r] + QKK * sb + 16 * g; /* natural order */
+        __m256i p = _mm256_maddubs_epi16(u[0], _mm256_set1_epi32(ld_i32(a)));
+        #pragma GCC unroll 4
+        for (int k = 1; k < 4; k++)
+            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[k], _mm256_set1_epi32(ld_i32(a + 4 * k))));
+        p = _mm256_add_epi16(p, _mm256_set1_epi32(bs[r][16 * sb + g]));
+        isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, sc));
+        if (keep) PK_KEEP(isum[r]);
+    }
+    if (pf) { /* p6_group: 2 of the superblock's prefetch lines per group of 16 values */
+        _mm_prefetch((const char *)pf + 128 * g, _MM_HINT_T1);
+        _mm_prefetch((const char *)pf + 128 * g + 64, _MM_HINT_T1);
+    }
+}
+
 /* Superblock sb of a group (v: its 52 code / scale vectors; raw: in the raw ql / qh order) for nr x rows; pf: NULL,
  * or 2 KiB to prefetch (T1) over its 16 groups. */
 static inline __attribute__((always_inline)) void p6_sb(const uint8_t *v, const int raw, __m256 dw, int64_t sb,
@@ -73,27 +101,16 @@ static inline __attribute__((always_inline)) void p6_sb(const uint8_t *v, const 
     __m256i isum[P6_T];
     #pragma GCC unroll 4
     for (int r = 0; r < nr; r++) isum[r] = _mm256_setzero_si256();
-    #pragma GCC unroll 16
-    for (int g = 0; g < 16; g++) { /* values 16g .. 16g+15, scale g (integer sums: any group order, same bits) */
-        const __m256i sv = _mm256_loadu_si256((const __m256i *)(v + P6_V * (48 + (g >> 2))));
-        const __m256i sc = _mm256_srai_epi16(
-            _mm256_shuffle_epi8(sv, _mm256_load_si256((const __m256i *)p6_scsel[g & 3])), 8);
-        __m256i u[4];
-        p6_codes(v, g, raw, u);
+    /* 3-4 x rows: the group loop unrolled by 4 and each row's sum kept in order (PK_KEEP); fully unrolled, GCC
+     * hoisted later groups' code vectors and spilled ~180 vectors per superblock: the 4-row superblock took 1.25x
+     * the time (AVX2 Zen 3, one thread, in L2 and from memory); 1-2 rows keep the full unroll (1.06-1.18x the time
+     * unrolled by 4) */
+    if (nr >= 3) {
         #pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            const int8_t *a = q[r] + QKK * sb + 16 * g; /* natural order */
-            __m256i p = _mm256_maddubs_epi16(u[0], _mm256_set1_epi32(ld_i32(a)));
-            #pragma GCC unroll 4
-            for (int k = 1; k < 4; k++)
-                p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[k], _mm256_set1_epi32(ld_i32(a + 4 * k))));
-            p = _mm256_add_epi16(p, _mm256_set1_epi32(bs[r][16 * sb + g]));
-            isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, sc));
-        }
-        if (pf) { /* p6_group: 2 of the superblock's prefetch lines per group of 16 values */
-            _mm_prefetch((const char *)pf + 128 * g, _MM_HINT_T1);
-            _mm_prefetch((const char *)pf + 128 * g + 64, _MM_HINT_T1);
-        }
+        for (int g = 0; g < 16; g++) p6_grp(v, raw, g, sb, nr, q, bs, isum, pf, 1);
+    } else {
+        #pragma GCC unroll 16
+        for (int g = 0; g < 16; g++) p6_grp(v, raw, g, sb, nr, q, bs, isum, pf, 0);
     }
     #pragma GCC unroll 4
     for (int r = 0; r < nr; r++)
