@@ -14,9 +14,14 @@
  * probability exactly 0, so sharing a pass over V with rows that do see them leaves its sums unchanged.
  *
  * Work is split over (kv head, tile of rows, subset of the group's query heads); the rows and heads of one
- * item share every K/V load. When that gives fewer items than threads (decode), items are also split by
- * superblock: each writes its superblock partials to scratch and a second pass merges them in order, which
- * runs the very same merges as the single-pass path. */
+ * item share every K/V load. When that gives fewer items than threads (decode), items are also split by block
+ * of keys: each writes its block partials to scratch (for a block, what the single pass holds after it when it
+ * is the first of its superblock) and a second pass merges them, blocks into their superblock and superblocks in
+ * order: the very same merges as the single-pass path (att_merge is its in-superblock merge, operation for
+ * operation). A block, not a superblock: at decode each thread then reads its share of a cache of up to 512
+ * positions instead of all of it for a share of the heads: K / V from memory, 2 threads, M = 1, Gemma 3 / E2B
+ * local / E2B global shapes 0.88 / 0.93 / 0.90x the time at position 200, 0.86 / - / 0.93x at 800, SmolLM2 0.98x,
+ * E2B at 60 (one block) on par (AVX2 Zen 3, two builds alternated, the same bits). */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -198,15 +203,15 @@ CUCA_INLINE void att_vblock(int nra, const float *const *p, const void *vb, int 
 #undef ATT_VCHUNKS
 }
 
-/* Superblock partials of the R (row, head) pairs set up in W (all reading kv head g). For each pair with a
- * visible key in superblock sb: ms/ls/os[r] get (m_s, l_s, O_s); other pairs are left untouched. */
-CUCA_INLINE void att_superblock_t(const att_args *A, att_ws *W, int g, int R, int sb, float *const *os, float *ms,
-                                  float *ls, const int h) {
+/* Superblock partials of the R (row, head) pairs set up in W (all reading kv head g), over the blocks of keys
+[s0, s1) (a superblock, or one block of it). For each pair with a visible key there: ms/ls/os[r] get (m_s, l_s,
+O_s); other pairs are left untouched. */
+CUCA_INLINE void att_superblock_t(const att_args *A, att_ws *W, int g, int R, int s0, int s1, float *const *os,
+                                  float *ms, float *ls, const int h) {
     const int D = A->D, Dv = A->Dv;
     const size_t es = h ? 2 : 4; /* bytes per cache element */
     const char *kh = (const char *)A->k + (ptrdiff_t)g * A->k_s0 * (ptrdiff_t)es;
     const char *vh = (const char *)A->v + (ptrdiff_t)g * A->v_s0 * (ptrdiff_t)es;
-    const int s0 = sb * ATT_S, s1 = s0 + ATT_S;
     const vf scale = v_set1(A->scale), cap = v_set1(A->softcap);
     const int softcap = A->softcap > 0.0f;
 
@@ -327,22 +332,22 @@ CUCA_INLINE void att_superblock_t(const att_args *A, att_ws *W, int g, int R, in
     }
 }
 
-static void att_superblock_f32(const att_args *A, att_ws *W, int g, int R, int sb, float *const *os, float *ms,
-                               float *ls) {
-    att_superblock_t(A, W, g, R, sb, os, ms, ls, 0);
+static void att_superblock_f32(const att_args *A, att_ws *W, int g, int R, int s0, int s1, float *const *os,
+                               float *ms, float *ls) {
+    att_superblock_t(A, W, g, R, s0, s1, os, ms, ls, 0);
 }
 
-static void att_superblock_f16(const att_args *A, att_ws *W, int g, int R, int sb, float *const *os, float *ms,
-                               float *ls) {
-    att_superblock_t(A, W, g, R, sb, os, ms, ls, 1);
+static void att_superblock_f16(const att_args *A, att_ws *W, int g, int R, int s0, int s1, float *const *os,
+                               float *ms, float *ls) {
+    att_superblock_t(A, W, g, R, s0, s1, os, ms, ls, 1);
 }
 
-static void att_superblock(const att_args *A, att_ws *W, int g, int R, int sb, float *const *os, float *ms,
+static void att_superblock(const att_args *A, att_ws *W, int g, int R, int s0, int s1, float *const *os, float *ms,
                            float *ls) {
     if (A->kv16)
-        att_superblock_f16(A, W, g, R, sb, os, ms, ls);
+        att_superblock_f16(A, W, g, R, s0, s1, os, ms, ls);
     else
-        att_superblock_f32(A, W, g, R, sb, os, ms, ls);
+        att_superblock_f32(A, W, g, R, s0, s1, os, ms, ls);
 }
 
 /* (m, l, O) <- merge with (ms, ls, Os) */
@@ -408,7 +413,7 @@ static void att_item(const att_args *A, att_ws *W, float *osbuf, int g, int i0, 
     }
     if (lo_all >= hi_all) return;
     for (int sb = lo_all / ATT_S; sb <= (hi_all - 1) / ATT_S; ++sb) {
-        att_superblock(A, W, g, R, sb, osp, ms, ls);
+        att_superblock(A, W, g, R, sb * ATT_S, (sb + 1) * ATT_S, osp, ms, ls);
         for (int r = 0; r < R; ++r)
             if (att_active(W->lo[r], W->hi[r], sb * ATT_S, (sb + 1) * ATT_S))
                 att_merge(op[r], &m[r], &l[r], osp[r], ms[r], ls[r], Dv);
@@ -416,28 +421,31 @@ static void att_item(const att_args *A, att_ws *W, float *osbuf, int g, int i0, 
     for (int r = 0; r < R; ++r) att_finish(op[r], l[r], Dv);
 }
 
-/* one superblock of an item, partials to scratch (pair (i, h) at index i*H + h, then superblock) */
-static void att_item_split(const att_args *A, att_ws *W, int g, int i0, int i1, int h0, int h1, int sb, int nsb,
+/* one block of keys (bk) of an item, its partials to scratch (pair (i, h) at index i*H + h, then block): the
+ * values the single pass holds after that block when it is the first of its superblock the pair sees */
+static void att_item_split(const att_args *A, att_ws *W, int g, int i0, int i1, int h0, int h1, int bk, int nbk,
                            float *scr_o, float *scr_m, float *scr_l) {
     int lo_all, hi_all;
     const int R = att_setup(A, W, g, i0, i1, h0, h1, &lo_all, &hi_all);
     const int nh = h1 - h0;
-    if (!att_active(lo_all, hi_all, sb * ATT_S, (sb + 1) * ATT_S)) return;
+    if (!att_active(lo_all, hi_all, bk * ATT_B, (bk + 1) * ATT_B)) return;
     float *osp[ATT_RMAX], ms[ATT_RMAX], ls[ATT_RMAX];
     size_t idx[ATT_RMAX];
     for (int r = 0; r < R; ++r) {
         const int i = i0 + r / nh, h = g * A->G + h0 + r % nh;
-        idx[r] = ((size_t)i * A->H + h) * nsb + sb;
+        idx[r] = ((size_t)i * A->H + h) * nbk + bk;
         osp[r] = scr_o + idx[r] * A->Dv;
     }
-    att_superblock(A, W, g, R, sb, osp, ms, ls);
+    att_superblock(A, W, g, R, bk * ATT_B, (bk + 1) * ATT_B, osp, ms, ls);
     for (int r = 0; r < R; ++r) {
         scr_m[idx[r]] = ms[r];
         scr_l[idx[r]] = ls[r];
     }
 }
 
-static void att_combine(const att_args *A, int i, int h, int nsb, const float *scr_o, const float *scr_m,
+/* row i, head h from its block partials: each superblock's blocks merged in key order into its first (att_merge
+ * is the single pass's in-superblock merge, operation for operation), then the superblocks into the result */
+static void att_combine(const att_args *A, int i, int h, int nbk, float *scr_o, const float *scr_m,
                         const float *scr_l) {
     const int Dv = A->Dv;
     float *O = A->out + (ptrdiff_t)i * A->o_s0 + (ptrdiff_t)h * A->o_s1;
@@ -445,10 +453,22 @@ static void att_combine(const att_args *A, int i, int h, int nsb, const float *s
     int lo, hi;
     att_range(A, i, &lo, &hi);
     float m = -INFINITY, l = 0.0f;
-    for (int sb = 0; sb < nsb; ++sb) {
-        if (!att_active(lo, hi, sb * ATT_S, (sb + 1) * ATT_S)) continue;
-        const size_t idx = ((size_t)i * A->H + h) * nsb + sb;
-        att_merge(O, &m, &l, scr_o + idx * Dv, scr_m[idx], scr_l[idx], Dv);
+    const size_t base = ((size_t)i * A->H + h) * nbk;
+    for (int b0 = 0; b0 < nbk; b0 += ATT_NB) {
+        int first = -1;
+        float ms = 0.0f, ls = 0.0f;
+        for (int b = b0; b < b0 + ATT_NB && b < nbk; ++b) {
+            if (!att_active(lo, hi, b * ATT_B, (b + 1) * ATT_B)) continue;
+            if (first < 0) {
+                first = b;
+                ms = scr_m[base + b];
+                ls = scr_l[base + b];
+            } else {
+                att_merge(scr_o + (base + first) * Dv, &ms, &ls, scr_o + (base + b) * Dv, scr_m[base + b],
+                          scr_l[base + b], Dv);
+            }
+        }
+        if (first >= 0) att_merge(O, &m, &l, scr_o + (base + first) * Dv, ms, ls, Dv);
     }
     att_finish(O, l, Dv);
 }
@@ -462,11 +482,11 @@ typedef struct {
     const att_args *A;
     float *ws; /* per thread: stride floats, scores then D zeros then (unsplit) the output rows */
     size_t stride;
-    int R, D, split, nsb, nhs, ntile, TR, HS;
+    int R, D, split, nbk, nhs, ntile, TR, HS; /* nbk: key blocks, the unit of a split */
     float *scr_o, *scr_m, *scr_l;
 } att_job;
 
-/* item it: (kv head g, row tile, head slice[, key superblock when split]) */
+/* item it: (kv head g, row tile, head slice[, key block when split]) */
 static void att_work_item(void *ctx, int64_t it, int tid) {
     const att_job *J = (const att_job *)ctx;
     att_ws W;
@@ -475,24 +495,24 @@ static void att_work_item(void *ctx, int64_t it, int tid) {
     W.zero = buf + (size_t)J->R * ATT_B;
     float *osbuf = W.zero + J->D;
     long rest = (long)it;
-    const int sb = J->split ? (int)(rest % J->nsb) : 0;
-    if (J->split) rest /= J->nsb;
+    const int bk = J->split ? (int)(rest % J->nbk) : 0;
+    if (J->split) rest /= J->nbk;
     const int hs = (int)(rest % J->nhs);
     rest /= J->nhs;
     const int tile = (int)(rest % J->ntile);
     const int g = (int)(rest / J->ntile);
     const int i0 = tile * J->TR, i1 = imin(J->A->M, i0 + J->TR), h0 = hs * J->HS, h1 = imin(J->A->G, h0 + J->HS);
     if (J->split)
-        att_item_split(J->A, &W, g, i0, i1, h0, h1, sb, J->nsb, J->scr_o, J->scr_m, J->scr_l);
+        att_item_split(J->A, &W, g, i0, i1, h0, h1, bk, J->nbk, J->scr_o, J->scr_m, J->scr_l);
     else
         att_item(J->A, &W, osbuf, g, i0, i1, h0, h1);
 }
 
-/* item rh: row rh / H, head rh % H, its superblocks' partial results combined */
+/* item rh: row rh / H, head rh % H, its blocks' partial results combined */
 static void att_combine_item(void *ctx, int64_t rh, int tid) {
     const att_job *J = (const att_job *)ctx;
     (void)tid;
-    att_combine(J->A, (int)(rh / J->A->H), (int)(rh % J->A->H), J->nsb, J->scr_o, J->scr_m, J->scr_l);
+    att_combine(J->A, (int)(rh / J->A->H), (int)(rh % J->A->H), J->nbk, J->scr_o, J->scr_m, J->scr_l);
 }
 
 int cuca_attention(const cuca_attention_args *a) {
@@ -521,24 +541,24 @@ int cuca_attention(const cuca_attention_args *a) {
 
     int HS = imin(G, ATT_RMAX), TR = imin(M, imax(1, ATT_RMAX / HS));
 #define ATT_NITEMS ((long)n_kv_head * ((M + TR - 1) / TR) * ((G + HS - 1) / HS))
-    const int nsb = (n_kv + ATT_S - 1) / ATT_S;
+    const int nbk = (n_kv + ATT_B - 1) / ATT_B;
     /* heads first while they halve evenly: equal items (E2B M = 3: 3 rows x 4 heads twice, not 2 + 1 rows, nor
      * 512 + 189 keys at 701); where keys could be split instead, only while an item keeps ATT_RSHARE pairs on
      * each K/V load */
-    const int rshare = nsb >= 2 ? ATT_RSHARE : 1;
+    const int rshare = nbk >= 2 ? ATT_RSHARE : 1;
     while (ATT_NITEMS < nt && HS % 2 == 0 && TR * (HS / 2) >= rshare) HS /= 2;
-    const int split = ATT_NITEMS < nt && nsb >= 2;
+    const int split = ATT_NITEMS < nt && nbk >= 2;
     if (!split) {
         while (ATT_NITEMS < nt && TR > 1) TR = (TR + 1) / 2;
         while (ATT_NITEMS < nt && HS > 1) HS = (HS + 1) / 2;
     }
     const int ntile = (M + TR - 1) / TR, nhs = (G + HS - 1) / HS;
-    const long nitems = ATT_NITEMS * (split ? nsb : 1);
+    const long nitems = ATT_NITEMS * (split ? nbk : 1);
 #undef ATT_NITEMS
 
     float *scr_o = NULL, *scr_m = NULL, *scr_l = NULL;
     if (split) {
-        const size_t npart = (size_t)M * n_head * nsb;
+        const size_t npart = (size_t)M * n_head * nbk;
         scr_o = att_alloc(npart * hd_v);
         scr_m = att_alloc(npart);
         scr_l = att_alloc(npart);
@@ -553,7 +573,7 @@ int cuca_attention(const cuca_attention_args *a) {
     const size_t ws_floats = (size_t)R * ATT_B + (size_t)hd_k + (split ? 0 : (size_t)R * hd_v);
     const size_t stride = (ws_floats + 15) / 16 * 16; /* per-thread workspaces on their own cache lines */
     const int nth = (int)(nitems < nt ? nitems : nt);
-    att_job J = {&A, NULL, stride, R, hd_k, split, nsb, nhs, ntile, TR, HS, scr_o, scr_m, scr_l};
+    att_job J = {&A, NULL, stride, R, hd_k, split, nbk, nhs, ntile, TR, HS, scr_o, scr_m, scr_l};
     J.ws = att_alloc(stride * (size_t)nth);
     if (!J.ws) {
         free(scr_o);
