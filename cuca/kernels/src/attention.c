@@ -559,18 +559,13 @@ int cuca_attention(const cuca_attention_args *a) {
     const long nitems = ATT_NITEMS * (split ? nbk : 1);
 #undef ATT_NITEMS
 
+    /* split: each (row, head, block) partial's O (hd_v floats), then every m, then every l, in one allocation */
     float *scr_o = NULL, *scr_m = NULL, *scr_l = NULL;
     if (split) {
         const size_t npart = (size_t)M * n_head * nbk;
-        scr_o = att_alloc(npart * hd_v);
-        scr_m = att_alloc(npart);
-        scr_l = att_alloc(npart);
-        if (!scr_o || !scr_m || !scr_l) {
-            free(scr_o);
-            free(scr_m);
-            free(scr_l);
-            return CUCA_ENOMEM;
-        }
+        if (!(scr_o = att_alloc(npart * ((size_t)hd_v + 2)))) return CUCA_ENOMEM;
+        scr_m = scr_o + npart * hd_v;
+        scr_l = scr_m + npart;
     }
     const int R = TR * HS;
     const size_t ws_floats = (size_t)R * ATT_B + (size_t)hd_k + (split ? 0 : (size_t)R * hd_v);
@@ -580,8 +575,6 @@ int cuca_attention(const cuca_attention_args *a) {
     J.ws = att_alloc(stride * (size_t)nth);
     if (!J.ws) {
         free(scr_o);
-        free(scr_m);
-        free(scr_l);
         return CUCA_ENOMEM;
     }
     for (int t = 0; t < nth; ++t) memset(J.ws + t * stride + (size_t)R * ATT_B, 0, sizeof(float) * (size_t)hd_k);
@@ -589,7 +582,5 @@ int cuca_attention(const cuca_attention_args *a) {
     if (split) cuca_pool_run(nth, (int64_t)M * n_head, 0, att_combine_item, &J);
     free(J.ws);
     free(scr_o);
-    free(scr_m);
-    free(scr_l);
     return CUCA_OK;
 }

@@ -248,10 +248,8 @@ static inline __attribute__((always_inline)) void pk_block4(const int q41, const
     }
     #pragma GCC unroll 4
     for (int r = 0; r < nr; r++) {
-        __m256i si = _mm256_madd_epi16(p[r], _mm256_set1_epi16(1));
-        if (!q41) si = _mm256_add_epi32(si, _mm256_set1_epi32(T->c[r][pk_ai(b)]));
-        const __m256 f = _mm256_mul_ps(dw, _mm256_set1_ps(T->d[r][pk_ai(b)]));
-        T->acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), f, T->acc[r]);
+        const __m256i c = q41 ? _mm256_setzero_si256() : _mm256_set1_epi32(T->c[r][pk_ai(b)]);
+        T->acc[r] = pk_q4_step(p[r], c, dw, _mm256_set1_ps(T->d[r][pk_ai(b)]), T->acc[r]);
         if (q41) T->accm[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(T->s[r][pk_ai(b)]), T->accm[r]);
     }
 }
@@ -424,21 +422,27 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
 #define PK_CASES(wt) PK_CASE(wt, 1) PK_CASE(wt, 2) PK_CASE(wt, 3) PK_CASE(wt, 4) PK_CASE(wt, 5) PK_CASE(wt, 6) \
     PK_CASE(wt, 7) PK_CASE(wt, 8)
 /* packed group (rb == 0) or raw rows at stride rb: one kernel, so a row's result never depends on its storage */
-#define PK_FNS(name, wt)                                                                                          \
+#define PK_RAW_FNS(name, wt)                                                                                      \
     static void name##_any(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out,     \
                            int64_t ldo, int nv, size_t rb) {                                                     \
         switch (nr) { PK_CASES(wt) default: break; }                                                              \
-    }                                                                                                             \
-    static void name(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo, \
-                     int nv) {                                                                                    \
-        name##_any(g, nb, A, m0, nr, out, ldo, nv, 0);                                                            \
     }                                                                                                             \
     static void name##_raw(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64_t m0, int nr, float *out, \
                            int64_t ldo) {                                                                         \
         for (int i = 0; i < nw; i += PK_R)                                                                        \
             name##_any(w + (size_t)i * rb, A->n_in / QK, A, m0, nr, out + i, ldo, nw - i < PK_R ? nw - i : PK_R, rb); \
     }
+#define PK_FNS(name, wt)                                                                                          \
+    PK_RAW_FNS(name, wt)                                                                                          \
+    static void name(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo, \
+                     int nv) {                                                                                    \
+        name##_any(g, nb, A, m0, nr, out, ldo, nv, 0);                                                            \
+    }
+#if defined(CUCA_AVX2)
+PK_RAW_FNS(pk_q4_0, GT_Q4_0) /* packed Q4_0: 16-row groups, matmul_p2.c */
+#else
 PK_FNS(pk_q4_0, GT_Q4_0)
+#endif
 PK_FNS(pk_q8_0, GT_Q8_0)
 PK_FNS(pk_q4_1, GT_Q4_1)
 PK_FNS(pk_q5_0, GT_Q5_0)

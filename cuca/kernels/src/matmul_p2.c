@@ -2,21 +2,21 @@
  * 0..15 side by side), read as two 8-row halves: each broadcast activation dword, scale and correction feeds 16
  * weight rows instead of 8. On Zen 3 the 4-row tile of 8 rows is bound by its vector micro-ops, not by memory (Q4_0
  * 12288 x 1536 at M = 4, 2 threads: 0.645 ms in cache and from memory alike), and its 8 dword broadcasts per block
- * and x row take the FP pipes 1 / 2 (llvm-mca znver3); shared by two halves a 4-row block costs ~30 cycles against
- * 2 x 38 (one thread, in L2). Two 8-row groups side by side in memory lost it all from DRAM (1.25x the time at M = 2
- * and 4, 2 threads: twice the streams); the 16-row group is one stream. Each half's lanes run pk_block4's integer
- * sums (exact in any order) and float sequence, so a row's result is the 8-row kernel's bit for bit (that kernel
- * serves the raw rows: pk_q4_0_raw). Q4_0 12288 x 1536 from memory 0.89-0.96x the time at M = 2 .. 8, M = 1 on par;
- * Gemma 4 E2B whole passes 0.94-0.96x at M = 4, 0.97x at M = 2, M = 1 on par (AVX2 Zen 3, 2 threads, two builds
- * each with its own packing, alternated in one process, cuca vs cuca). */
+ * and x row take the FP pipes 1 / 2 (llvm-mca znver3); shared by two halves a 4-row block costs ~29 cycles per 8
+ * rows against 38 (one thread, in L2). Two 8-row groups side by side in memory lost it all from DRAM (1.25x the time
+ * at M = 2 and 4, 2 threads: twice the streams); the 16-row group is one stream. Each half's lanes run pk_block4's
+ * integer sums (exact in any order) and its float step (pk_q4_step), so a row's result is the 8-row kernel's bit for
+ * bit (that kernel serves the raw rows: pk_q4_0_raw). Q4_0 12288 x 1536 from memory 0.89-0.98x the time at M = 2 ..
+ * 8, M = 1 on par; Gemma 4 E2B whole passes 0.94-0.96x at M = 4, 0.97x at M = 2, M = 1 on par (AVX2 Zen 3, 2 threads,
+ * two builds each with its own packing, alternated in one process, cuca vs cuca). */
 #include "packed.h"
 
 #if defined(CUCA_AVX2)
 /* Block b of a 16-row group (code dword t of half k at v + 64 t + 32 k, the fp16 scales of half k at s + 16 k) for
  * the x rows of T0 (T1: half 1, the same rows): one nibble half at a time, so 2 x nr int16 sums + 2 code vectors
  * stay in registers (both nibble halves at once spilled at 4 x rows). */
-static inline __attribute__((always_inline)) void pk16_block(const uint8_t *v, const uint8_t *s, int64_t b, const int nr, pk_tile8 *T0,
-                                                            pk_tile8 *T1) {
+static inline __attribute__((always_inline)) void pk16_block(const uint8_t *v, const uint8_t *s, int64_t b,
+                                                             const int nr, pk_tile8 *T0, pk_tile8 *T1) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256i p0[PK_T], p1[PK_T];
     #pragma GCC unroll 8
@@ -45,13 +45,11 @@ static inline __attribute__((always_inline)) void pk16_block(const uint8_t *v, c
     const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s));
     const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 16)));
     #pragma GCC unroll 4
-    for (int r = 0; r < nr; r++) { /* pk_block4's float sequence per group */
+    for (int r = 0; r < nr; r++) { /* pk_block4's float step (pk_q4_step) per half */
         const __m256i c = _mm256_set1_epi32(T0->c[r][pk_ai(b)]);
         const __m256 da = _mm256_set1_ps(T0->d[r][pk_ai(b)]);
-        const __m256i si0 = _mm256_add_epi32(_mm256_madd_epi16(p0[r], _mm256_set1_epi16(1)), c);
-        const __m256i si1 = _mm256_add_epi32(_mm256_madd_epi16(p1[r], _mm256_set1_epi16(1)), c);
-        T0->acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si0), _mm256_mul_ps(dw0, da), T0->acc[r]);
-        T1->acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si1), _mm256_mul_ps(dw1, da), T1->acc[r]);
+        T0->acc[r] = pk_q4_step(p0[r], c, dw0, da, T0->acc[r]);
+        T1->acc[r] = pk_q4_step(p1[r], c, dw1, da, T1->acc[r]);
     }
 }
 

@@ -103,8 +103,8 @@ static inline __attribute__((always_inline)) void p6_sb(const uint8_t *v, const 
     for (int r = 0; r < nr; r++) isum[r] = _mm256_setzero_si256();
     /* 3-4 x rows: the group loop unrolled by 4 and each row's sum kept in order (PK_KEEP); fully unrolled, GCC
      * hoisted later groups' code vectors and spilled ~180 vectors per superblock: the 4-row superblock took 1.25x
-     * the time (AVX2 Zen 3, one thread, in L2 and from memory); 1-2 rows keep the full unroll (1.06-1.18x the time
-     * unrolled by 4) */
+     * the time (AVX2 Zen 3, one thread, in L2 and from memory); 1-2 rows keep the full unroll (1 row took 1.06-1.18x
+     * the time unrolled by 4, 2 rows on par) */
     if (nr >= 3) {
         #pragma GCC unroll 4
         for (int g = 0; g < 16; g++) p6_grp(v, raw, g, sb, nr, q, bs, isum, pf, 1);

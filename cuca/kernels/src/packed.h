@@ -1,6 +1,7 @@
 /* Internal helpers of the row-interleaved ("packed") weight kernels, shared by matmul_p.c (the 32-value block
- * formats), matmul_p6.c (Q6_K), matmul_p4k.c (Q4_K), matmul_pf.c (F16 / BF16) and matmul_k.c: the rows per group R, the record
- * geometry and the transposes that turn R raw rows into the vectors of the packed layout. */
+ * formats), matmul_p2.c (AVX2 Q4_0), matmul_p6.c (Q6_K), matmul_p4k.c (Q4_K), matmul_pf.c (F16 / BF16) and
+ * matmul_k.c: the rows per group R, the record geometry and the transposes that turn R raw rows into the vectors of
+ * the packed layout. */
 #ifndef CUCA_PACKED_H
 #define CUCA_PACKED_H
 #include "qmatmul.h"
@@ -130,6 +131,15 @@ static inline __attribute__((always_inline)) void pk_tile_init(pk_tile8 *T, cons
         T->d[r] = ACT_D(A, m0 + r);
         T->s[r] = hm ? ACT_S(A, m0 + r) : NULL;
     }
+}
+
+/* A Q4_0 / Q4_1 block's float step for one x row: its int16 pair sums p widened, + c (Q4_0's code offset; zero
+ * vector for Q4_1), acc += float(.) * (dw * da). pk_block4 and matmul_p2.c's 16-row kernel both take it, so a row's
+ * result is the same bits whichever group width ran it. */
+static inline __attribute__((always_inline)) __m256 pk_q4_step(__m256i p, __m256i c, __m256 dw, __m256 da,
+                                                               __m256 acc) {
+    const __m256i si = _mm256_add_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), c);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(dw, da), acc);
 }
 
 /* raw rows: the fp16 block scales at p + i * rb (lane mask mk: rows i < nv; idx: i * rb) as 8 floats */
