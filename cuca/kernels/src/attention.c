@@ -546,6 +546,8 @@ int cuca_attention(const cuca_attention_args *a) {
      * 512 + 189 keys at 701); where keys could be split instead, only while an item keeps ATT_RSHARE pairs on
      * each K/V load */
     const int rshare = nbk >= 2 ? ATT_RSHARE : 1;
+    /* (keys before heads at M > 1, each thread reading half the K / V for all heads: Gemma 3 / E2B whole passes
+     * 0.98 / 1.01x the time at M = 4, position 200, AVX2 Zen 3: on par, not taken) */
     while (ATT_NITEMS < nt && HS % 2 == 0 && TR * (HS / 2) >= rshare) HS /= 2;
     /* then keys by block where items are fewer than threads, or fewer than twice as many and uneven (SmolLM2's 3 kv
      * heads on 2 threads: one thread read two heads' K / V, the other one; whole passes 0.96-0.98x the time at M = 1,

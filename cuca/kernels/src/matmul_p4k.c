@@ -11,7 +11,10 @@
  *
  * Per (weight row, x row) and superblock the exact integer sums isum = sum_j sc_j * sum(code * a) and
  * imin = sum_j m_j * sum(a) (|.| < 2^25), then acc += float(isum) * (d * da), accm += float(imin) * (dmin * da)
- * superblock by superblock in one lane, out = acc - accm: batch invariant, and the same wherever the row is stored. */
+ * superblock by superblock in one lane, out = acc - accm: batch invariant, and the same wherever the row is stored.
+ * Groups of 16 rows read as two 8-row halves sharing each activation broadcast (matmul_p2.c's Q4_0 form) were
+ * measured and dropped: one thread in L2 (Zen 3), cycles per 8-row superblock 119 / 175 / ~300 / 367 at 1 / 2 / 3 /
+ * 4 x rows against 132 / 180 / ~258 / 296: the halves' int32 sums and scale vectors spill at 3-4 rows. */
 #include "packed.h"
 
 #define P4_SB 1152 /* packed bytes of a group's superblock: 8 rows x 144 */
