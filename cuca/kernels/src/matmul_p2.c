@@ -8,7 +8,10 @@
  * integer sums (exact in any order) and its float step (pk_q4_step), so a row's result is the 8-row kernel's bit for
  * bit (that kernel serves the raw rows: pk_q4_0_raw). Q4_0 12288 x 1536 from memory 0.89-0.98x the time at M = 2 ..
  * 8, M = 1 on par; Gemma 4 E2B whole passes 0.94-0.96x at M = 4, 0.97x at M = 2, M = 1 on par (AVX2 Zen 3, 2 threads,
- * two builds each with its own packing, alternated in one process, cuca vs cuca). */
+ * two builds each with its own packing, alternated in one process, cuca vs cuca). Q8_0 in the same 16-row form (each
+ * broadcast feeding both halves' sign-trick products) was measured and dropped: 0.92-0.94x the cycles at 2-4 x rows in
+ * L2 (one thread), but 1.01-1.13x the time from memory (3584 x 1024 and 65536 x 640, M = 1..4, 2 threads; branch
+ * avx2-q8-16). */
 #include "packed.h"
 
 #if defined(CUCA_AVX2)
