@@ -33,15 +33,15 @@ def recurrent_exact(c: int, prev_prompt: int, prompt: int, spans: tuple[int, int
     """Whether the recurrent state after the first `c` tokens, left by the previous request (prompt of `prev_prompt`
     tokens, prefilled in chunks of `spans[0]` rows at multiples of it, then decoded row by row), is bit for bit the
     state a cold prefill of the new `prompt`-token prompt reaches at `c`. Batches of at least `spans[1]` rows (None:
-    any batch) take a chunked form whose rounding depends on where the batch starts, so the state must sit on a
-    chunk boundary, or the chunk holding it must be short enough for the row-by-row form in both runs."""
+    none) take a chunked form whose rounding depends on where the batch starts, so the state must sit on a chunk
+    boundary, or the chunk holding it must be short enough for the row-by-row form in both runs."""
     chunk, chunked_min = spans
     base = c // chunk * chunk
     if base > prev_prompt:  # the full chunks before c were decoded, not prefilled as a cold run does
         return False
     if c == base:
         return True
-    return chunked_min is not None and min(base + chunk, prompt) - base < chunked_min
+    return chunked_min is None or min(base + chunk, prompt) - base < chunked_min
 
 
 @dataclass
@@ -60,7 +60,7 @@ class PromptCache:
 
     def __init__(self, cache: Cache, spans: tuple[int, int | None]):
         self.cache = cache
-        self.spans = spans  # (prefill chunk, smallest chunked batch of a recurrent model or None)
+        self.spans = spans  # (prefill chunk, smallest chunked batch of a recurrent model, or None: no chunked form)
         self.recurrent = callable(getattr(cache, "snapshot", None))
         if self.recurrent:
             cache.save_every = spans[0]  # type: ignore[attr-defined]

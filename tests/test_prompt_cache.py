@@ -113,7 +113,7 @@ def test_recurrent_exact_rule() -> None:
     assert recurrent_exact(256, 300, 900, spans)  # a chunk boundary inside the previous prompt
     assert not recurrent_exact(256, 200, 900, spans)  # ... reached by decoding: the cold run chunks it
     assert recurrent_exact(300, 280, 310, spans) and not recurrent_exact(300, 280, 400, spans)
-    assert not recurrent_exact(10, 10, 12, (256, None))
+    assert recurrent_exact(10, 10, 12, (256, None))  # no batch takes the chunked form: row by row in both runs
 
 
 def test_kv_prefix_reuse_with_prompt_lookup(tiny: Path) -> None:

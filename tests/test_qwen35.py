@@ -139,6 +139,21 @@ def test_mtp_last_only_is_the_full_pass_bit_for_bit(model) -> None:
             assert np.array_equal(a[:, : p0 + m], b[:, : p0 + m])
 
 
+def test_long_prefill_is_the_token_by_token_run(model) -> None:
+    """On the CPU no batch takes the chunked form (Ops.deltanet_chunk_min is None): a 150-token prefill in one pass
+    leaves the very states, and gives the very last row, of 150 one-token passes."""
+    assert model.ops.deltanet_chunk_min is None and model.chunked_prefill_min is None
+    toks = np.random.default_rng(7).integers(0, 320, 150).astype(np.int32)
+    one = model.make_cache(256)
+    h_one = model.forward_hidden(toks, _pos(0, 150), one)
+    step = model.make_cache(256)
+    for i in range(150):
+        h_step = model.forward_hidden(toks[i : i + 1], _pos(i, i + 1), step)
+    assert np.array_equal(h_one[-1:], h_step)
+    for a, b in zip(one.states(), step.states(), strict=True):
+        assert np.array_equal(a, b)
+
+
 def test_chunked_prefill_matches_per_token(model) -> None:
     toks = np.random.default_rng(5).integers(0, 320, 150).astype(np.int32)
     per = model.make_cache(256)

@@ -210,7 +210,8 @@ def test_chained_greedy_drafts_equal_step_by_step(passes: str, drafter: str) -> 
 
 
 def test_long_qwen35_prefill_takes_the_chunked_form() -> None:
-    """80 rows in one pass: the DeltaNet layers run the chunked form (torch port of gdn_chunked) on both backends."""
+    """80 rows in one pass: the torch backend's DeltaNet layers run the chunked form (its port of gdn_chunked), the
+    C backend's the recurrence (Ops.deltanet_chunk_min): the same logits up to rounding."""
     tokens = np.resize(TOKENS, 80)
     want, got = logits(model("qwen35-f32", "c"), tokens), logits(model("qwen35-f32"), tokens)
     assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max()

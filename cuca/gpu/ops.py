@@ -49,6 +49,7 @@ class TorchOps(Ops):
     coarse_draft_heads = False  # so is the drafters' Q4_0 ranking copy of the head
     relocatable_states = False  # captured graphs hold the recurrent states' addresses: a rollback copies into them
     deferred_states = False  # its deltanet writes per-token snapshots
+    deltanet_chunk_min = 65  # long prefills as the chunked form's matrix products, not 65+ sequential steps
 
     def __init__(self, device: str | torch.device = "cpu", wdtype: torch.dtype = torch.float32, threads: int = 0,
                  invariant: bool | None = None, passes: str | None = None):

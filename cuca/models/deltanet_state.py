@@ -1,5 +1,6 @@
 """`deltanet_state`: the recurrent side of the Qwen 3.5 hybrid: `HybridCache` (attention K/V plus the DeltaNet
-layers' conv windows and recurrent states) and `gdn_chunked`, the chunked DeltaNet form for long prefills.
+layers' conv windows and recurrent states) and `gdn_chunked`, the chunked DeltaNet form (the torch backend's long
+prefills).
 
 Rollback of a batch of up to `max_rollback + 1` tokens (a verify pass), and the raw conv inputs rebuild the windows.
 Where the backend allows it (`Ops.deferred_states`, the CPU) the batch's state updates are not stored: the kernel
@@ -233,7 +234,8 @@ def _aligned(shape: tuple[int, ...], align: int = 64) -> np.ndarray:
 
 def gdn_chunked(qkv: tuple[np.ndarray, np.ndarray, np.ndarray], gates: tuple[np.ndarray, np.ndarray],
                 state: np.ndarray, out: np.ndarray, scale: float, chunk: int = 64) -> None:
-    """The chunked (parallel) form of the deltanet kernel, in float64 numpy (for long prefills): the same arguments
+    """The chunked (parallel) form of the deltanet kernel, in float64 numpy (the reference of the torch backend's
+    long prefills; the CPU's run the recurrence, Ops.deltanet_chunk_min): the same arguments
     grouped as `ops.deltanet` groups them (q, k, v), (g, beta), the same results up to rounding, but only the final
     state (no snapshots)."""
     (q, k, v), (g, beta) = qkv, gates

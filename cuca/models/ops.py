@@ -62,6 +62,12 @@ class Ops:
     coarse_draft_heads = True  # drafters rank the vocabulary with a Q4_0 copy of the head (mtp.py, gemma4_assistant.py)
     relocatable_states = True  # a hybrid cache may swap its live recurrent state for a snapshot slot on rollback
     deferred_states = True  # ... or keep a rollable batch's state updates as records, applied by the next pass
+    # batches of at least this many rows run the chunked DeltaNet form (`deltanet_chunked`); None: none do. On the CPU
+    # the C recurrence is faster at every length measured (Qwen 3.5 0.8B prefills of 80 / 256 / 1024 tokens: 0.46 /
+    # 0.44 / 0.49x the time of the float64 chunked form with its BLAS on one thread, 0.45x at 256 with numpy's BLAS
+    # threads spinning beside the pool as they did; AVX2 Zen 3, 2 threads), and it leaves the very state a
+    # token-by-token run does, wherever a batch starts
+    deltanet_chunk_min: int | None = None
 
     def __init__(self, threads: int = 0, impl: ModuleType | None = None):
         self.k: ModuleType = impl if impl is not None else kernels.impl
@@ -175,7 +181,8 @@ class Ops:
 
     def deltanet_chunked(self, qkv: tuple[np.ndarray, np.ndarray, np.ndarray], gates: tuple[np.ndarray, np.ndarray],
                          state: np.ndarray, out: np.ndarray, scale: float) -> None:
-        """The chunked form of `deltanet` for long prefills: the same results up to rounding, no snapshots."""
+        """The chunked form of `deltanet`: the same results up to rounding, no snapshots. The torch backend's long
+        prefills take it (`deltanet_chunk_min`); here it is the float64 reference of that form."""
         from .deltanet_state import gdn_chunked
 
         gdn_chunked(qkv, gates, state, out, scale)

@@ -207,11 +207,15 @@ class MTPHead:
 
 class Model(Decoder):
     arch = "qwen35"
-    chunked_prefill_min = 65  # batches of at least this many tokens (beyond any rollback) use the chunked form
+    # batches of at least this many tokens (beyond any rollback) use the chunked DeltaNet form: the backend's choice
+    # (Ops.deltanet_chunk_min; None, the CPU's: none, the recurrence is faster there)
+    chunked_prefill_min: int | None = None
 
     def __init__(self, f: GGUFFile, ops: Ops):
         self.c = c = Config.from_gguf(f)
         self.ops = ops
+        if ops.deltanet_chunk_min is not None:
+            self.chunked_prefill_min = ops.deltanet_chunk_min
         self.path = f.path
         self.n_vocab, self.n_ctx_train = c.n_vocab, c.n_ctx_train
         self.token_embd = linear(f, "token_embd.weight", c.n_vocab, c.n_embd)
@@ -248,7 +252,8 @@ class Model(Decoder):
         """The rows of `batch` -> hidden states after output_norm, float32 (M, n_embd)."""
         c, ops = self.c, self.ops
         # per sequence: keep the state updates rollable (records, or snapshots), or the chunked form (long prefill)
-        chunked = [not s.cache.begin(s.m) and s.m >= self.chunked_prefill_min for s in batch.seqs]
+        cmin = self.chunked_prefill_min
+        chunked = [not s.cache.begin(s.m) and cmin is not None and s.m >= cmin for s in batch.seqs]
         x = self.token_embd.rows(ops, batch.tokens)
         for il, b in enumerate(self.blk):
             h = ops.rms_norm(x, b.attn_norm, c.eps)
