@@ -91,6 +91,18 @@ def test_hybrid_checkpoint_when_the_reply_is_not_reused(qwen: object) -> None:
     assert gen.timings.n_cached == 0 and gen.tokens == _cold(qwen, p3, 5)
 
 
+def test_hybrid_long_prompt_resumes_on_the_cpu(qwen: object) -> None:
+    """The CPU prefills the DeltaNet layers row by row at any length (Ops.deltanet_chunk_min None): a 100-token prompt
+    leaves a checkpoint a cold prefill of its extension reaches too, so the next request keeps all 100 rows."""
+    assert qwen.chunked_prefill_min is None  # type: ignore[attr-defined]
+    eng = Engine(qwen, 160, prompt_cache=True)  # type: ignore[arg-type]
+    p1 = [int(t) for t in np.random.default_rng(3).integers(1, 300, 100)]
+    _run(eng, p1, 4)
+    p2 = p1 + [20, 21, 22]
+    gen = _run(eng, p2, 4)
+    assert gen.timings.n_cached == len(p1) and gen.tokens == _cold(qwen, p2, 4)
+
+
 def test_hybrid_chunked_prefill_falls_back_to_cold(qwen: object) -> None:
     """Batches of chunked_prefill_min rows or more take the chunked form, whose rounding depends on where the batch
     starts: resuming inside such a chunk would not be exact, so the request starts cold (and still agrees)."""
