@@ -165,6 +165,8 @@ int cuca_tile_p4k(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     if (raw) *raw = p4_any_raw;
     *tile = P4_T;
     return CUCA_OK;
+#elif defined(CUCA_AVX512)
+    return cuca_tile_k4p(packed, raw, tile);
 #else
     (void)packed; (void)raw; (void)tile;
     return CUCA_EUNSUPPORTED;

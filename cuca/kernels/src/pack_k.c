@@ -1,0 +1,59 @@
+/* The AVX-512 build's in-place packings of the K formats (cuca_pack_rows 1: every row keeps its place and size,
+ * only the bytes of each superblock are reordered for the tile kernels of matmul_k.c). Plain C, run once at load. */
+#include "packed.h"
+
+/* the 208 code and scale bytes of one raw Q6_K superblock in k6p_tile's order (d stays at 208) */
+static void k6_codes(const uint8_t *blk, uint8_t *dst) {
+    uint8_t x[QKK]; /* the 6-bit codes in value order (the Q6_K layout: ql nibbles, qh bit pairs) */
+    for (int n = 0; n < QKK; n++) {
+        const int h = n / 128, qq = n % 128 / 32, l = n % 32;
+        const uint8_t lq = blk[64 * h + 32 * (qq & 1) + l], hq = blk[128 + 32 * h + l];
+        x[n] = (uint8_t)((qq < 2 ? lq & 0x0F : lq >> 4) | ((hq >> (2 * qq)) & 3) << 4);
+    }
+    memset(dst, 0, 192);
+    for (int k = 0; k < 4; k++)
+        for (int j = 0; j < 64; j++) { /* byte j = 4i + t of u[k]: value 16i + 4k + t */
+            const uint8_t c = x[16 * (j / 4) + 4 * k + j % 4];
+            dst[64 * (k / 2) + j] |= (uint8_t)((c & 0x0F) << (4 * (k % 2)));
+            dst[128 + j] |= (uint8_t)((c >> 4) << (2 * k));
+        }
+    memcpy(dst + 192, blk + 192, 18);
+}
+
+int cuca_k6_pack(const void *w, int64_t n_out, int64_t n_in, void *dst) {
+    if (n_out <= 0 || n_in <= 0 || n_in % QKK) return CUCA_EINVAL;
+    const size_t n = (size_t)n_out * (size_t)(n_in / QKK);
+    for (size_t i = 0; i < n; i++) k6_codes((const uint8_t *)w + i * 210, (uint8_t *)dst + i * 210);
+    return CUCA_OK;
+}
+
+/* one raw Q4_K superblock (144 bytes) in k4p_tile's order: d and dmin kept; the 8 scales and 8 mins (6 bits each,
+ * GGUF's split layout) as fields 0-15 of a 96-bit little-endian stream; byte j of code half h (64 bytes) = u[2h]
+ * in bits 0-3 and u[2h + 1] in bits 4-7, where qword q of u[k] is raw code qword 4 (q / 2) + k (values of
+ * 32-group q / 2 ... as q4k_tile's qword permute gives them), its high nibbles for odd q */
+static void k4_codes(const uint8_t *blk, uint8_t *dst) {
+    const uint8_t *s = blk + 4, *qs = blk + 16;
+    uint8_t f[16];
+    for (int j = 0; j < 8; j++) {
+        f[j] = j < 4 ? s[j] & 63 : (uint8_t)((s[j + 4] & 0x0F) | (s[j - 4] >> 6) << 4);
+        f[8 + j] = j < 4 ? s[j + 4] & 63 : (uint8_t)((s[j + 4] >> 4) | (s[j] >> 6) << 4);
+    }
+    memcpy(dst, blk, 4);
+    memset(dst + 4, 0, 140);
+    for (int i = 0; i < 16; i++)
+        for (int b = 0; b < 6; b++)
+            if (f[i] >> b & 1) dst[4 + (6 * i + b) / 8] |= (uint8_t)(1u << ((6 * i + b) % 8));
+    for (int k = 0; k < 4; k++)
+        for (int q = 0; q < 8; q++)
+            for (int t = 0; t < 8; t++) {
+                const uint8_t c = qs[8 * (4 * (q / 2) + k) + t], u = q & 1 ? c >> 4 : c & 0x0F;
+                dst[16 + 64 * (k / 2) + 8 * q + t] |= (uint8_t)(u << (4 * (k % 2)));
+            }
+}
+
+int cuca_k4_pack(const void *w, int64_t n_out, int64_t n_in, void *dst) {
+    if (n_out <= 0 || n_in <= 0 || n_in % QKK) return CUCA_EINVAL;
+    const size_t n = (size_t)n_out * (size_t)(n_in / QKK);
+    for (size_t i = 0; i < n; i++) k4_codes((const uint8_t *)w + i * 144, (uint8_t *)dst + i * 144);
+    return CUCA_OK;
+}
