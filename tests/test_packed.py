@@ -1,4 +1,4 @@
-"""Row-interleaved (packed) Q4_0 / Q8_0 / Q6_K / Q4_1 / Q5_0 / Q5_1 / Q4_K / F16 / BF16 weights of the C backend
+"""Row-interleaved (packed) Q4_0 / Q8_0 / Q6_K / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / F16 / BF16 weights of the C backend
 (matmul_p*.c, cuca.kernels.packing): equal to the numpy twin of the raw matmul, bit-for-bit batch invariant (batch size,
 position, threads, row prefixes), and behind Ops: file weights are packed once, their raw bytes stay readable,
 in-memory weights stay raw."""
@@ -20,13 +20,13 @@ from cuca.models.layers import Linear, linear
 from cuca.models.ops import Ops
 
 C = implementations().get("c")
-PACKED = [t for t in (Q.Q4_0, Q.Q8_0, Q.Q6_K, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.F16, Q.BF16)
+PACKED = [t for t in (Q.Q4_0, Q.Q8_0, Q.Q6_K, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.F16, Q.BF16)
           if C is not None and C.pack_rows(t) > 0]
 needs_packed = pytest.mark.skipif(not PACKED, reason="this build packs no format")
 MS = [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 32]
 # odd numbers of blocks: a record (matmul_p.c) holds fewer; float formats: n_in % 8 != 0 (matmul_pf.c's tail)
-N_IN = {Q.Q4_0: 352, Q.Q8_0: 352, Q.Q6_K: 768, Q.Q4_1: 352, Q.Q5_0: 352, Q.Q5_1: 352, Q.Q4_K: 768, Q.F16: 349,
-        Q.BF16: 341}
+N_IN = {Q.Q4_0: 352, Q.Q8_0: 352, Q.Q6_K: 768, Q.Q4_1: 352, Q.Q5_0: 352, Q.Q5_1: 352, Q.Q4_K: 768, Q.Q5_K: 768,
+        Q.F16: 349, Q.BF16: 341}
 TOL = 1e-6  # |C - numpy| / (|W| @ |x|), as tests/test_matmul.py
 
 
@@ -81,7 +81,8 @@ def test_packed_extreme_codes(wtype: int) -> None:
     if wtype == Q.Q6_K:  # ql, qh all-0 / all-1 bytes, then the 16 int8 scales; d (bytes 208, 209) kept
         w[:, :, :192] = rng.choice(np.array([0x00, 0xFF], np.uint8), w[:, :, :192].shape)
         w[:, :, 192:208] = rng.choice(np.array([-128, -127, 127], np.int8), w[:, :, 192:208].shape).view(np.uint8)
-    elif wtype == Q.Q4_K:  # d, dmin kept; the 12 scale bytes all-0 / all-1 (every scale and min 0 or 63), codes 0 / 15
+    elif wtype in (Q.Q4_K, Q.Q5_K):  # d, dmin kept; the 12 scale bytes all-0 / all-1 (every scale and min 0 or 63),
+        # codes 0 / 15 (Q5_K: 5th bits all 0 / all 1 too)
         w[:, :, 4:16] = rng.choice(np.array([0x00, 0xFF], np.uint8), w[:, :, 4:16].shape)
         w[:, :, 16:] = rng.choice(np.array([0x00, 0xFF, 0x0F, 0xF0], np.uint8), w[:, :, 16:].shape)
     elif wtype == Q.Q8_0:
@@ -161,7 +162,7 @@ def test_pack_validation() -> None:
         C.matmul_packed(p, t, 20, 64, np.zeros((2, 32), np.float32), np.zeros((2, 20), np.float32))
     with pytest.raises(ValueError, match="n_threads"):
         C.matmul_packed(p, t, 20, 64, x, np.zeros((2, 20), np.float32), -1)
-    u = Q.Q5_K  # no packed layout in any build
+    u = next(t for t in (Q.Q5_K, Q.F32) if C.pack_rows(t) == 0)  # a format with no packed layout in this build
     wu = random_weight(u, 20, 256)
     with pytest.raises(ValueError, match="packed layout"):
         C.pack(wu, u, 20, 256, np.empty(wu.nbytes, np.uint8))
@@ -178,8 +179,8 @@ def _weights_file(path: Path, wtype: int, n_out: int, n_in: int) -> np.ndarray:
     return raw
 
 
-@pytest.mark.parametrize("wtype", [Q.Q4_0, Q.Q8_0, Q.Q6_K, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.F16, Q.BF16],
-                         ids=Q.type_name)
+@pytest.mark.parametrize("wtype", [Q.Q4_0, Q.Q8_0, Q.Q6_K, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.F16,
+                                   Q.BF16], ids=Q.type_name)
 def test_ops_packs_file_weights(tmp_path: Path, wtype: int) -> None:
     """A file weight is packed at its first matmul (where the build packs it; else, from 1 MiB, its raw rows are
     copied into the arena) and computes what matmul_packed (the raw kernel) does; Linear.w still reads the file's

@@ -63,7 +63,7 @@ int cuca_pack_rows(int wtype) {
     if (wtype == GT_F16 || wtype == GT_BF16) return PF_R; /* matmul_pf.c */
     if (wtype == GT_Q4_0) return 2 * PK_R; /* matmul_p2.c: two 8-row halves */
 #elif defined(CUCA_AVX512)
-    if (wtype == GT_Q6_K || wtype == GT_Q4_K) return 1; /* rows in place, codes reordered (pack_k.c) */
+    if (wtype == GT_Q6_K || wtype == GT_Q4_K || wtype == GT_Q5_K) return 1; /* rows in place, reordered (pack_k.c) */
     /* every 32-block format: Q4_1 (SmolLM2) and Q5_0 / Q5_1 (Gemma 3 270M's FFN; the 5th bits set by vpmultishiftqb,
      * VBMI) too. SmolLM2's whole M = 4 pass took 1.70-1.85x its M = 1 time with the unpacked Q4_1 kernel, packed
      * 1.33-1.51x (2 threads) */
@@ -77,7 +77,7 @@ int cuca_pack_gguf(const void *w, int wtype, int64_t n_out, int64_t n_in, void *
     if (R == 0) return CUCA_EUNSUPPORTED;
 #if defined(CUCA_AVX512)
     if (wtype == GT_Q6_K) return cuca_k6_pack(w, n_out, n_in, dst);
-    if (wtype == GT_Q4_K) return cuca_k4_pack(w, n_out, n_in, dst);
+    if (wtype == GT_Q4_K || wtype == GT_Q5_K) return cuca_k4_pack(wtype, w, n_out, n_in, dst);
 #endif
     if (wtype == GT_Q4_K) return cuca_p4k_pack(w, n_out, n_in, dst); /* its own superblock layout */
     if (wtype == GT_F16 || wtype == GT_BF16) return cuca_pf_pack(w, n_out, n_in, dst);
@@ -453,6 +453,9 @@ PK_FNS(pk_q5_1, GT_Q5_1)
 int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     if (wtype == GT_Q6_K) return cuca_tile_p6(packed, raw, tile);
     if (wtype == GT_Q4_K) return cuca_tile_p4k(packed, raw, tile);
+#if defined(CUCA_AVX512)
+    if (wtype == GT_Q5_K) return cuca_tile_k4p(wtype, packed, raw, tile);
+#endif
     if (wtype == GT_F16 || wtype == GT_BF16) return cuca_tile_pf(wtype, packed, raw, tile);
 #if PK_R > 0
     cuca_pk_fn p = NULL;

@@ -166,7 +166,7 @@ int cuca_tile_p4k(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     *tile = P4_T;
     return CUCA_OK;
 #elif defined(CUCA_AVX512)
-    return cuca_tile_k4p(packed, raw, tile);
+    return cuca_tile_k4p(GT_Q4_K, packed, raw, tile);
 #else
     (void)packed; (void)raw; (void)tile;
     return CUCA_EUNSUPPORTED;
