@@ -1,8 +1,8 @@
 /* Tile kernels for the 256-value K formats Q5_K (all builds), Q4_K and Q6_K (AVX-512 and portable builds) against
  * Q8_K activations; the AVX2 build runs Q6_K and Q4_K through the row-interleaved kernels (matmul_p6.c,
  * matmul_p4k.c), on raw rows too (cuca_tile_q hands them out), so packed and raw rows give identical results.
- * AVX-512 packs Q6_K, Q4_K and Q5_K in place (k6p_tile, k4p_tile: each superblock's bytes reordered, pack_k.c); raw
- * rows keep q6k_tile / q4k_tile, which give the same bits.
+ * AVX-512 packs Q6_K and Q5_K in place (k6p_tile, k4p_tile: each superblock's bytes reordered, pack_k.c); raw rows
+ * keep q6k_tile / q4k_tile, which give the same bits. AVX-512 Q4_K runs 16-row groups (matmul_p4k.c), raw rows too.
  *
  * Every integer partial sum is exact; only its float scaling is ordered, the same for each x row in every tile.
  * AVX-512: one zmm holds a whole superblock, with 2 lanes per 32-value group (Q4_K/Q5_K) or 1 lane per
@@ -218,7 +218,7 @@ static inline __attribute__((always_inline)) void q4k_tile(const int wt, const u
     for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(acc[r]);
 }
 
-/* Q4_K / Q5_K packed (cuca_pack_rows 1, cuca_k4_pack): rows in place; a superblock's 128 code bytes hold q4k_tile's
+/* Q5_K packed (cuca_pack_rows 1, cuca_k5_pack; Q4_K ran it from 1ecbbd9 until its 16-row groups): rows in place; a superblock's 128 code bytes hold q4k_tile's
  * four code vectors as nibbles (u[0] in bits 0-3 and u[1] in 4-7 of the first 64, u[2], u[3] of the next), its 12
  * scale bytes the 16 6-bit fields sc0..7, mn0..7 back to back (field f at bits 6f .. 6f+5), Q5_K's 32 high-bit
  * bytes the four 64-bit masks of u[k]'s 5th bits: shifts and masks instead of qword permutes, one vpmultishiftqb
@@ -409,13 +409,12 @@ int cuca_tile_k6p(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
         switch (nr) { K4P_CASE(wt, 1) K4P_CASE(wt, 2) K4P_CASE(wt, 3) K4P_CASE(wt, 4) K4P_CASE(wt, 5)             \
                       K4P_CASE(wt, 6) K4P_CASE(wt, 7) K4P_CASE(wt, 8) default: break; }                          \
     }
-K4P_ROW(k4p_row, GT_Q4_K)
 K4P_ROW(k5p_row, GT_Q5_K)
 
 int cuca_tile_k4p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
-    if (wtype != GT_Q4_K && wtype != GT_Q5_K) return CUCA_EUNSUPPORTED;
-    if (packed) *packed = wtype == GT_Q4_K ? k4p_row : k5p_row;
-    if (raw) *raw = wtype == GT_Q4_K ? tile_q4_k : tile_q5_k;
+    if (wtype != GT_Q5_K) return CUCA_EUNSUPPORTED;
+    if (packed) *packed = k5p_row;
+    if (raw) *raw = tile_q5_k;
     *tile = QK_T;
     return CUCA_OK;
 }

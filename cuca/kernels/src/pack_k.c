@@ -27,40 +27,37 @@ int cuca_k6_pack(const void *w, int64_t n_out, int64_t n_in, void *dst) {
     return CUCA_OK;
 }
 
-/* one raw Q4_K (144 bytes) or Q5_K (176 bytes) superblock in k4p_tile's order: d and dmin kept; the 8 scales and
- * 8 mins (6 bits each, GGUF's split layout) as fields 0-15 of a 96-bit little-endian stream; Q5_K: qword k of the
- * 32 high-bit bytes = the 64 5th bits of u[k], bit j for byte j; then byte j of code half h (64 bytes) = u[2h] in
- * bits 0-3 and u[2h + 1] in bits 4-7, where qword q of u[k] is raw code qword 4 (q / 2) + k, its high nibbles for
- * odd q (the qword permute of q4k_tile) */
-static void k4_codes(const int q5, const uint8_t *blk, uint8_t *dst) {
-    const uint8_t *s = blk + 4, *qs = blk + (q5 ? 48 : 16);
+/* one raw Q5_K superblock (176 bytes) in k4p_tile's order: d and dmin kept; the 8 scales and 8 mins (6 bits each,
+ * GGUF's split layout) as fields 0-15 of a 96-bit little-endian stream; qword k of the 32 high-bit bytes = the 64
+ * 5th bits of u[k], bit j for byte j; then byte j of code half h (64 bytes) = u[2h] in bits 0-3 and u[2h + 1] in
+ * bits 4-7, where qword q of u[k] is raw code qword 4 (q / 2) + k, its high nibbles for odd q (the qword permute of
+ * q4k_tile) */
+static void k5_codes(const uint8_t *blk, uint8_t *dst) {
+    const uint8_t *s = blk + 4, *qs = blk + 48;
     uint8_t f[16];
     for (int j = 0; j < 8; j++) {
         f[j] = j < 4 ? s[j] & 63 : (uint8_t)((s[j + 4] & 0x0F) | (s[j - 4] >> 6) << 4);
         f[8 + j] = j < 4 ? s[j + 4] & 63 : (uint8_t)((s[j + 4] >> 4) | (s[j] >> 6) << 4);
     }
     memcpy(dst, blk, 4);
-    memset(dst + 4, 0, q5 ? 172 : 140);
+    memset(dst + 4, 0, 172);
     for (int i = 0; i < 16; i++)
         for (int b = 0; b < 6; b++)
             if (f[i] >> b & 1) dst[4 + (6 * i + b) / 8] |= (uint8_t)(1u << ((6 * i + b) % 8));
-    uint8_t *codes = dst + (q5 ? 48 : 16);
     for (int k = 0; k < 4; k++)
         for (int q = 0; q < 8; q++)
             for (int t = 0; t < 8; t++) {
                 const int j = 8 * q + t; /* byte j of u[k] */
                 const uint8_t c = qs[8 * (4 * (q / 2) + k) + t], u = q & 1 ? c >> 4 : c & 0x0F;
-                codes[64 * (k / 2) + j] |= (uint8_t)(u << (4 * (k % 2)));
+                dst[48 + 64 * (k / 2) + j] |= (uint8_t)(u << (4 * (k % 2)));
                 /* q4k_tile: the 5th bit of byte j = 8i + t of u[k] is bit 8t + i of raw qh qword k */
-                if (q5 && (blk[16 + 8 * k + (8 * t + q) / 8] >> ((8 * t + q) % 8) & 1))
-                    dst[16 + 8 * k + j / 8] |= (uint8_t)(1u << (j % 8));
+                if (blk[16 + 8 * k + t] >> q & 1) dst[16 + 8 * k + j / 8] |= (uint8_t)(1u << (j % 8));
             }
 }
 
-int cuca_k4_pack(int wtype, const void *w, int64_t n_out, int64_t n_in, void *dst) {
-    const int q5 = wtype == GT_Q5_K, bytes = q5 ? 176 : 144;
-    if ((wtype != GT_Q4_K && !q5) || n_out <= 0 || n_in <= 0 || n_in % QKK) return CUCA_EINVAL;
+int cuca_k5_pack(const void *w, int64_t n_out, int64_t n_in, void *dst) {
+    if (n_out <= 0 || n_in <= 0 || n_in % QKK) return CUCA_EINVAL;
     const size_t n = (size_t)n_out * (size_t)(n_in / QKK);
-    for (size_t i = 0; i < n; i++) k4_codes(q5, (const uint8_t *)w + i * bytes, (uint8_t *)dst + i * bytes);
+    for (size_t i = 0; i < n; i++) k5_codes((const uint8_t *)w + i * 176, (uint8_t *)dst + i * 176);
     return CUCA_OK;
 }
