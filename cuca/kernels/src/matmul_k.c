@@ -1,7 +1,7 @@
 /* Tile kernels for the 256-value K formats Q5_K (all builds), Q4_K and Q6_K (AVX-512 and portable builds) against
  * Q8_K activations; the AVX2 build runs Q6_K and Q4_K through the row-interleaved kernels (matmul_p6.c,
  * matmul_p4k.c), on raw rows too (cuca_tile_q hands them out), so packed and raw rows give identical results.
- * AVX-512 packs Q6_K and Q5_K in place (k6p_tile, k4p_tile: each superblock's bytes reordered, pack_k.c); raw rows
+ * AVX-512 packs Q6_K and Q5_K in place (k6p_tile, k5p_tile: each superblock's bytes reordered, pack_k.c); raw rows
  * keep q6k_tile / q4k_tile, which give the same bits. AVX-512 Q4_K runs 16-row groups (matmul_p4k.c), raw rows too.
  *
  * Every integer partial sum is exact; only its float scaling is ordered, the same for each x row in every tile.
@@ -218,17 +218,17 @@ static inline __attribute__((always_inline)) void q4k_tile(const int wt, const u
     for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(acc[r]);
 }
 
-/* Q5_K packed (cuca_pack_rows 1, cuca_k5_pack; Q4_K ran it from 1ecbbd9 until its 16-row groups): rows in place; a superblock's 128 code bytes hold q4k_tile's
- * four code vectors as nibbles (u[0] in bits 0-3 and u[1] in 4-7 of the first 64, u[2], u[3] of the next), its 12
- * scale bytes the 16 6-bit fields sc0..7, mn0..7 back to back (field f at bits 6f .. 6f+5), Q5_K's 32 high-bit
- * bytes the four 64-bit masks of u[k]'s 5th bits: shifts and masks instead of qword permutes, one vpmultishiftqb
- * (VBMI) instead of the scalar unpacking, a masked add instead of bitshuffle. The same lane sums and float sequence
- * as q4k_tile: bit-identical to raw rows. Q4_K 2048 x 5632 from memory, 2 threads: 0.82 / 0.82 / 0.90 / 0.99x the time
- * of q4k_tile at M = 1 / 2 / 4 / 8 (5632 x 2048: 0.85 / 0.86x at M = 1 / 4); a 4-layer all-Q4_K model's passes 0.97-0.99
- * / 0.85 / 0.85 / 0.94x at M = 1 / 2 / 4 / 8 (cuca vs cuca in one process, Zen 4). Q5_K 2048 x 5632: 0.87 / 0.91 / 0.87
- * / 0.95x; the all-Q5_K model's passes 0.95 / 0.87 / 0.88 / 0.94x. */
-static inline __attribute__((always_inline)) void k4p_tile(const int wt, const uint8_t *w, const cuca_act *A,
-                                                           int64_t m0, const int nr, float *out, int64_t ldo) {
+/* Q5_K packed (cuca_pack_rows 1, cuca_k5_pack; Q4_K ran this form from 1ecbbd9 until its 16-row groups): rows in place;
+ * a superblock's 128 code bytes hold q4k_tile's four code vectors as nibbles (u[0] in bits 0-3 and u[1] in 4-7 of the
+ * first 64, u[2], u[3] of the next), its 12 scale bytes the 16 6-bit fields sc0..7, mn0..7 back to back (field f at
+ * bits 6f .. 6f+5), Q5_K's 32 high-bit bytes the four 64-bit masks of u[k]'s 5th bits: shifts and masks instead of
+ * qword permutes, one vpmultishiftqb (VBMI) instead of the scalar unpacking, a masked add instead of bitshuffle. The
+ * same lane sums and float sequence as q4k_tile: bit-identical to raw rows. Q4_K 2048 x 5632 from memory, 2 threads:
+ * 0.82 / 0.82 / 0.90 / 0.99x the time of q4k_tile at M = 1 / 2 / 4 / 8 (5632 x 2048: 0.85 / 0.86x at M = 1 / 4); a
+ * 4-layer all-Q4_K model's passes 0.97-0.99 / 0.85 / 0.85 / 0.94x at M = 1 / 2 / 4 / 8 (cuca vs cuca in one process,
+ * Zen 4). Q5_K 2048 x 5632: 0.87 / 0.91 / 0.87 / 0.95x; the all-Q5_K model's passes 0.95 / 0.87 / 0.88 / 0.94x. */
+static inline __attribute__((always_inline)) void k5p_tile(const uint8_t *w, const cuca_act *A, int64_t m0,
+                                                           const int nr, float *out, int64_t ldo) {
     /* bytes 0-15 <- sc0,sc0,sc1,sc1..sc7,sc7 (fields 0-7 in scale bytes 0-5), 16-31 <- the mins (fields 8-15 at
      * bits 0-47 of bytes 6-13): vpermb picks each qword's source bytes, vpmultishiftqb each byte's bit offset */
     static const uint8_t sperm[32] = {0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7,
@@ -242,14 +242,13 @@ static inline __attribute__((always_inline)) void k4p_tile(const int wt, const u
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < A->nblk; sb++) {
-        const uint8_t *b = w + sb * QKB(wt), *qs = b + (wt == GT_Q5_K ? 48 : 16);
-        kq_prefetch(b, QKB(wt));
+        const uint8_t *b = w + sb * QKB(GT_Q5_K), *qs = b + 48;
+        kq_prefetch(b, QKB(GT_Q5_K));
         const __m512i q0 = _mm512_loadu_si512(qs), q1 = _mm512_loadu_si512(qs + 64);
         __m512i u[4] = {_mm512_and_si512(q0, m4), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4),
                         _mm512_and_si512(q1, m4), _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4)};
-        if (wt == GT_Q5_K) /* byte j of u[k] gets its 5th bit from bit j of the k-th mask qword at b + 16 */
-            for (int k = 0; k < 4; k++)
-                u[k] = _mm512_mask_add_epi8(u[k], (__mmask64)cuca_ld64(b + 16 + 8 * k), u[k], sixteen);
+        for (int k = 0; k < 4; k++) /* byte j of u[k] gets its 5th bit from bit j of the k-th mask qword at b + 16 */
+            u[k] = _mm512_mask_add_epi8(u[k], (__mmask64)cuca_ld64(b + 16 + 8 * k), u[k], sixteen);
         const __m256i s = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b + 4))); /* bytes 4-19 */
         const __m256i f = _mm256_and_si256(_mm256_multishift_epi64_epi8(sv, _mm256_permutexvar_epi8(sp, s)), m63);
         const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)cuca_ld32(b)));
@@ -385,14 +384,17 @@ int cuca_tile_k(int wtype, cuca_tile_fn *fn, int *tile) {
 }
 
 #if defined(CUCA_AVX512)
-#define K6P_CASE(n) case n: k6p_tile(g, A, m0, n, out, ldo); break;
+#define KP_CASE(tile, n) case n: tile(g, A, m0, n, out, ldo); break;
 /* one packed row (nv == 1, nb == A->nblk) for the x rows m0 .. m0+nr-1 */
-static void k6p_row(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo,
-                    int nv) {
-    (void)nb; (void)nv;
-    switch (nr) { K6P_CASE(1) K6P_CASE(2) K6P_CASE(3) K6P_CASE(4) K6P_CASE(5) K6P_CASE(6) K6P_CASE(7) K6P_CASE(8)
-                  default: break; }
-}
+#define KP_ROW(name, tile)                                                                                       \
+    static void name(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo, \
+                     int nv) {                                                                                   \
+        (void)nb; (void)nv;                                                                                      \
+        switch (nr) { KP_CASE(tile, 1) KP_CASE(tile, 2) KP_CASE(tile, 3) KP_CASE(tile, 4) KP_CASE(tile, 5)       \
+                      KP_CASE(tile, 6) KP_CASE(tile, 7) KP_CASE(tile, 8) default: break; }                       \
+    }
+KP_ROW(k6p_row, k6p_tile)
+KP_ROW(k5p_row, k5p_tile)
 
 int cuca_tile_k6p(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     if (packed) *packed = k6p_row;
@@ -401,17 +403,7 @@ int cuca_tile_k6p(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     return CUCA_OK;
 }
 
-#define K4P_CASE(wt, n) case n: k4p_tile(wt, g, A, m0, n, out, ldo); break;
-#define K4P_ROW(name, wt)                                                                                        \
-    static void name(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo, \
-                     int nv) {                                                                                   \
-        (void)nb; (void)nv;                                                                                      \
-        switch (nr) { K4P_CASE(wt, 1) K4P_CASE(wt, 2) K4P_CASE(wt, 3) K4P_CASE(wt, 4) K4P_CASE(wt, 5)             \
-                      K4P_CASE(wt, 6) K4P_CASE(wt, 7) K4P_CASE(wt, 8) default: break; }                          \
-    }
-K4P_ROW(k5p_row, GT_Q5_K)
-
-int cuca_tile_k4p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
+int cuca_tile_k5p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     if (wtype != GT_Q5_K) return CUCA_EUNSUPPORTED;
     if (packed) *packed = k5p_row;
     if (raw) *raw = tile_q5_k;

@@ -455,7 +455,7 @@ int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile) {
     if (wtype == GT_Q6_K) return cuca_tile_p6(packed, raw, tile);
     if (wtype == GT_Q4_K) return cuca_tile_p4k(packed, raw, tile);
 #if defined(CUCA_AVX512)
-    if (wtype == GT_Q5_K) return cuca_tile_k4p(wtype, packed, raw, tile);
+    if (wtype == GT_Q5_K) return cuca_tile_k5p(wtype, packed, raw, tile);
 #endif
     if (wtype == GT_F16 || wtype == GT_BF16) return cuca_tile_pf(wtype, packed, raw, tile);
 #if PK_R > 0

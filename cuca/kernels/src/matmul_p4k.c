@@ -1,13 +1,13 @@
-/* Row-interleaved ("packed") Q4_K weights against Q8_K activations. AVX-512: R = 16, below. AVX2 (natural codes
- * and 16 half-group sums: cuca_qk_layout 0): R = 8 weight rows share one vector, one int32 lane per row, so one broadcast
- * activation dword feeds 8 output rows and each lane sums a whole 32-value group in int16 before the group's 6-bit
- * scale is applied: per group and x row 8 maddubs, 7 adds and one madd for 8 rows (the raw kernel, matmul_k.c,
- * spends a maddubs and a madd on each 32 values of one row).
+/* Row-interleaved ("packed") Q4_K weights against Q8_K activations: R weight rows (cuca_pack_rows: 8 on AVX2, 16
+ * on AVX-512, below) share one vector, one int32 lane per row, so one broadcast activation dword feeds R output
+ * rows. AVX2 (natural codes and 16 half-group sums: cuca_qk_layout 0): each lane sums a whole 32-value group in
+ * int16 before the group's 6-bit scale is applied: per group and x row 8 maddubs, 7 adds and one madd for 8 rows
+ * (the raw kernel, matmul_k.c, spends a maddubs and a madd on each 32 values of one row).
  *
- * Layout (same size as the raw tensor): rows in groups of 8; per superblock of a group 1152 bytes: the rows' fp16 d
- * (16 bytes), their fp16 dmin (16), dword s < 3 of their 12 scale bytes side by side (3 x 32), then dword t < 8 of
- * qs chunk k < 4 side by side (32 x 32 bytes; low nibbles: values 64k + 4t .. +3, high: 64k + 32 + 4t ..). The
- * n_out % 8 last rows follow raw; raw rows run the same kernel on the same vectors, transposed as they are loaded.
+ * Layout (same size as the raw tensor): rows in groups of R; per superblock of a group R x 144 bytes: the rows' fp16
+ * d (2R bytes), their fp16 dmin (2R), dword s < 3 of their 12 scale bytes side by side (3 x 4R), then dword t < 8 of
+ * qs chunk k < 4 side by side (32 x 4R bytes; low nibbles: values 64k + 4t .. +3, high: 64k + 32 + 4t ..). The
+ * n_out % R last rows follow raw; raw rows run the same kernel on the same vectors, transposed as they are loaded.
  *
  * Per (weight row, x row) and superblock the exact integer sums isum = sum_j sc_j * sum(code * a) and
  * imin = sum_j m_j * sum(a) (|.| < 2^25), then acc += float(isum) * (d * da), accm += float(imin) * (dmin * da)
@@ -19,6 +19,15 @@
 
 #define P4_SB 1152 /* packed bytes of a group's superblock: 8 rows x 144 */
 #define P4_BYTES 144
+
+/* raw rows: the fp16 d and dmin of R rows (row i at cb + i * rb; rows >= nv repeat row nv - 1), laid out as packed */
+static inline void p4_raw_d(uint8_t *buf, const uint8_t *cb, size_t rb, int nv, const int R) {
+    for (int i = 0; i < R; i++) {
+        const uint8_t *row = cb + (size_t)(i < nv ? i : nv - 1) * rb;
+        memcpy(buf + 2 * i, row, 2);
+        memcpy(buf + 2 * R + 2 * i, row + 2, 2);
+    }
+}
 
 int cuca_p4k_pack(const void *w, int64_t n_out, int64_t n_in, void *dst) {
     const int R = cuca_pack_rows(GT_Q4_K);
@@ -129,11 +138,7 @@ static inline __attribute__((always_inline)) void p4_group(const uint8_t *g, int
             /* the next group of rows a slice per superblock (matmul_p6.c: R raw streams leave the prefetchers behind) */
             const uint8_t *nx = g + (size_t)PK_R * rb + (size_t)sb * PK_R * P4_BYTES;
             for (int o = 0; o < PK_R * P4_BYTES; o += 64) _mm_prefetch((const char *)nx + o, _MM_HINT_T1);
-            for (int i = 0; i < 8; i++) {
-                const uint8_t *row = cb + (size_t)(i < nv ? i : nv - 1) * rb;
-                memcpy(buf + 2 * i, row, 2);
-                memcpy(buf + 16 + 2 * i, row + 2, 2);
-            }
+            p4_raw_d(buf, cb, rb, nv, 8);
             __m256i t[4];
             pk_rows8(cb + 4, rb, nv, t); /* the 12 scale bytes (and 4 code bytes, unused) */
             for (int s = 0; s < 3; s++) _mm256_store_si256((__m256i *)(buf + 32 + 32 * s), t[s]);
@@ -162,17 +167,17 @@ PK_ENTRY_POINTS(p4_any)
 
 #if defined(CUCA_AVX512)
 /* AVX-512: the same layout with R = 16 (2304 bytes per superblock of a group: d 32, dmin 32, the scale dwords 3 x 64,
- * the code dwords 32 x 64), one int32 lane per row; per group and x row 8 dpbusd give the exact code . activation
- * sums of the 16 rows (|.| <= 32 * 15 * 127), times the group's scale by vpmulld into isum; the per-superblock float
- * step as on AVX2. The one-row kernels (matmul_k.c: q4k_tile raw, k4p_tile packed in place) did a superblock's
- * scale work per row: against k4p_tile, one thread in L2 (1024 x 2048, Zen 4) 0.63 / 0.75 / 0.72 / 0.73 / 0.83x the
- * time at M = 1 / 2 / 3 / 4 / 8; the all-Q4_K 4-layer passes 0.89-0.92 / 0.80 / 0.76 / 0.74-0.81 / 0.74x (2 threads,
- * cuca vs cuca in one process). The float sequence differs from k4p_tile's (one float step per superblock, not
- * per lane sum): Q4_K results moved by rounding (max 1.7e-7 of the largest output), batch invariant as before. */
+ * the code dwords 32 x 64), one int32 lane per row; per group and x row 8 dpbusd give the exact code . activation sums
+ * of the 16 rows (|.| <= 32 * 15 * 127), times the group's scale by vpmulld into isum; the per-superblock float step as
+ * on AVX2. The one-row kernels (matmul_k.c: q4k_tile raw, and 1ecbbd9's in-place form, k5p_tile's now) did a
+ * superblock's scale work per row: against that in-place form, one thread in L2 (1024 x 2048, Zen 4) 0.63 / 0.75 / 0.72
+ * / 0.73 / 0.83x the time at M = 1 / 2 / 3 / 4 / 8; the all-Q4_K 4-layer passes 0.89-0.92 / 0.80 / 0.76 / 0.74-0.81 /
+ * 0.74x (2 threads, cuca vs cuca in one process). The float sequence differs from those (one float step per superblock,
+ * not per lane sum): Q4_K results moved by rounding (max 1.7e-7 of the largest output), batch invariant as before. */
 #define P4Z_T 4
 #define P4Z_SB (16 * P4_BYTES)
 /* 3+ x rows prefetch the group's stream 8 KiB ahead into L2: 2048 x 5632 from memory at M = 4 1.11-1.12x the time
- * of k4p_tile without, 0.74-0.80x with; at M = 1 / 2 on par either way (1.01-1.03 / 0.94-1.02x), left to the
+ * of the in-place form without, 0.74-0.80x with; at M = 1 / 2 on par either way (1.01-1.03 / 0.94-1.02x), left to the
  * hardware as matmul_p.c does on AMD */
 #define P4Z_PF 8192
 #define P4Z_PF_ROWS 3
@@ -233,7 +238,8 @@ static inline __attribute__((always_inline)) void p4z_sb(const uint8_t *v, int64
         for (int r = 0; r < nr; r++) {
             __m512i lo = slo[nc * r], hi = shi[nc * r];
             if (nc == 2) lo = _mm512_add_epi32(lo, slo[nc * r + 1]), hi = _mm512_add_epi32(hi, shi[nc * r + 1]);
-            isum[r] = _mm512_add_epi32(isum[r], _mm512_add_epi32(_mm512_mullo_epi32(lo, s0), _mm512_mullo_epi32(hi, s1)));
+            isum[r] = _mm512_add_epi32(isum[r],
+                                       _mm512_add_epi32(_mm512_mullo_epi32(lo, s0), _mm512_mullo_epi32(hi, s1)));
         }
     }
     #pragma GCC unroll 4
@@ -259,11 +265,7 @@ static inline __attribute__((always_inline)) void p4z_group(const uint8_t *g, in
     for (int64_t sb = 0; sb < nb; sb++) {
         if (rb) { /* raw rows: the same vectors, row i at cb + i * rb (rows >= nv repeat row nv - 1) */
             const uint8_t *cb = g + (size_t)sb * P4_BYTES;
-            for (int i = 0; i < 16; i++) {
-                const uint8_t *row = cb + (size_t)(i < nv ? i : nv - 1) * rb;
-                memcpy(buf + 2 * i, row, 2);
-                memcpy(buf + 32 + 2 * i, row + 2, 2);
-            }
+            p4_raw_d(buf, cb, rb, nv, 16);
             __m512i t[4];
             pk_rows16(cb + 4, rb, nv, t); /* the 12 scale bytes (and 4 code bytes, unused) */
             for (int s = 0; s < 3; s++) _mm512_store_si512(buf + 64 + 64 * s, t[s]);

@@ -27,7 +27,7 @@ int cuca_k6_pack(const void *w, int64_t n_out, int64_t n_in, void *dst) {
     return CUCA_OK;
 }
 
-/* one raw Q5_K superblock (176 bytes) in k4p_tile's order: d and dmin kept; the 8 scales and 8 mins (6 bits each,
+/* one raw Q5_K superblock (176 bytes) in k5p_tile's order: d and dmin kept; the 8 scales and 8 mins (6 bits each,
  * GGUF's split layout) as fields 0-15 of a 96-bit little-endian stream; qword k of the 32 high-bit bytes = the 64
  * 5th bits of u[k], bit j for byte j; then byte j of code half h (64 bytes) = u[2h] in bits 0-3 and u[2h + 1] in
  * bits 4-7, where qword q of u[k] is raw code qword 4 (q / 2) + k, its high nibbles for odd q (the qword permute of

@@ -184,11 +184,11 @@ static inline __attribute__((always_inline)) void pk_store8(float *out, int64_t 
 void cuca_p6_codes(const uint8_t *blk, uint8_t *dst);
 int cuca_tile_p6(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
 /* AVX-512: Q6_K / Q5_K rows kept in place (R = 1), each superblock's bytes reordered (pack_k.c) for k6p_tile /
- * k4p_tile (matmul_k.c) */
+ * k5p_tile (matmul_k.c) */
 int cuca_k6_pack(const void *w, int64_t n_out, int64_t n_in, void *dst);
 int cuca_k5_pack(const void *w, int64_t n_out, int64_t n_in, void *dst);
 int cuca_tile_k6p(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
-int cuca_tile_k4p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
+int cuca_tile_k5p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
 /* matmul_p4k.c: the Q4_K packing (its own superblock layout) and group kernel, as cuca_tile_p */
 int cuca_p4k_pack(const void *w, int64_t n_out, int64_t n_in, void *dst);
 int cuca_tile_p4k(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
