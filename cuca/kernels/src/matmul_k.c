@@ -1,11 +1,11 @@
-/* Tile kernels for the 256-value K formats Q5_K (all builds), Q4_K and Q6_K (AVX-512 and portable builds) against
- * Q8_K activations; the AVX2 build runs Q6_K and Q4_K through the row-interleaved kernels (matmul_p6.c,
- * matmul_p4k.c), on raw rows too (cuca_tile_q hands them out), so packed and raw rows give identical results.
- * AVX-512 packs Q6_K and Q5_K in place (k6p_tile, k5p_tile: each superblock's bytes reordered, pack_k.c); raw rows
- * keep q6k_tile / q4k_tile, which give the same bits. AVX-512 Q4_K runs 16-row groups (matmul_p4k.c), raw rows too.
+/* Tile kernels for the 256-value K formats Q5_K (all builds), Q6_K (AVX-512 and portable builds) and Q4_K
+ * (portable build) against Q8_K activations; the SIMD builds run Q4_K, and AVX2 Q6_K, through the row-interleaved
+ * kernels (matmul_p4k.c, matmul_p6.c), on raw rows too (cuca_tile_q hands them out), so packed and raw rows give
+ * identical results. AVX-512 packs Q6_K and Q5_K in place (k6p_tile, k5p_tile: each superblock's bytes reordered,
+ * pack_k.c); raw rows keep q6k_tile / q5k_tile, which give the same bits.
  *
  * Every integer partial sum is exact; only its float scaling is ordered, the same for each x row in every tile.
- * AVX-512: one zmm holds a whole superblock, with 2 lanes per 32-value group (Q4_K/Q5_K) or 1 lane per
+ * AVX-512: one zmm holds a whole superblock, with 2 lanes per 32-value group (Q5_K) or 1 lane per
  *   16-value group (Q6_K), so four dpbusd leave per-group sums in the lanes. Per x row and superblock
  *   acc += (sumi lanes * (dw * scale_g) [+ group sums * (-dmin * min_g)]) * da; Q6_K's code offset 32 seeds
  *   the integer sums as -32 * bsum_g. One horizontal sum at the end.
@@ -158,9 +158,9 @@ static inline __attribute__((always_inline)) void k6p_tile(const uint8_t *w, con
     for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(acc[r]);
 }
 
-/* Q4_K/Q5_K: one zmm holds a whole superblock, lanes 2i and 2i+1 for 32-group i, so four dpbusd give the
- * per-group sums. Per row acc += ((sumi lanes) * (dw * scale_i) + (group sums) * (-dmin * min_i)) * da. */
-static inline __attribute__((always_inline)) void q4k_rows(const __m512i *u, __m512 w1, __m512 w2, const cuca_act *A,
+/* Q5_K: one zmm holds a whole superblock, lanes 2i and 2i+1 for 32-group i, so four dpbusd give the per-group
+ * sums. Per row acc += ((sumi lanes) * (dw * scale_i) + (group sums) * (-dmin * min_i)) * da. */
+static inline __attribute__((always_inline)) void q5k_rows(const __m512i *u, __m512 w1, __m512 w2, const cuca_act *A,
                                                            int64_t m0, const int nr, int64_t sb, __m512 *acc) {
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) {
@@ -175,8 +175,8 @@ static inline __attribute__((always_inline)) void q4k_rows(const __m512i *u, __m
     }
 }
 
-static inline __attribute__((always_inline)) void q4k_tile(const int wt, const uint8_t *w, const cuca_act *A,
-                                                           int64_t m0, const int nr, float *out, int64_t ldo) {
+static inline __attribute__((always_inline)) void q5k_tile(const uint8_t *w, const cuca_act *A, int64_t m0,
+                                                           const int nr, float *out, int64_t ldo) {
     static const int64_t qidx[4][8] = {{0, 0, 4, 4, 8, 8, 12, 12}, {1, 1, 5, 5, 9, 9, 13, 13},
                                        {2, 2, 6, 6, 10, 10, 14, 14}, {3, 3, 7, 7, 11, 11, 15, 15}};
     static const int32_t sidx[16] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7};
@@ -192,17 +192,15 @@ static inline __attribute__((always_inline)) void q4k_tile(const int wt, const u
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < A->nblk; sb++) {
-        const uint8_t *b = w + sb * QKB(wt), *qs = b + (wt == GT_Q5_K ? 48 : 16);
-        kq_prefetch(b, QKB(wt));
+        const uint8_t *b = w + sb * QKB(GT_Q5_K), *qs = b + 48;
+        kq_prefetch(b, QKB(GT_Q5_K));
         const __m512i q0 = _mm512_loadu_si512(qs), q1 = _mm512_loadu_si512(qs + 64);
         __m512i u[4];
         for (int k = 0; k < 4; k++) {
             const __m512i y = _mm512_permutex2var_epi64(q0, _mm512_loadu_si512(qidx[k]), q1);
             u[k] = _mm512_and_si512(_mm512_mask_srli_epi64(y, 0xAA, y, 4), m4);
-            if (wt == GT_Q5_K) {
-                const __m512i h = _mm512_set1_epi64((long long)cuca_ld64(b + 16 + 8 * k));
-                u[k] = _mm512_mask_add_epi8(u[k], _mm512_bitshuffle_epi64_mask(h, hs), u[k], sixteen);
-            }
+            const __m512i h = _mm512_set1_epi64((long long)cuca_ld64(b + 16 + 8 * k));
+            u[k] = _mm512_mask_add_epi8(u[k], _mm512_bitshuffle_epi64_mask(h, hs), u[k], sixteen);
         }
         uint64_t sc, mn;
         k4_scales(b + 4, &sc, &mn);
@@ -212,19 +210,19 @@ static inline __attribute__((always_inline)) void q4k_tile(const int wt, const u
                                         _mm512_broadcastss_ps(dd));
         const __m512 w2 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(_mm512_loadu_si512(midx), s32)),
                                         _mm512_sub_ps(_mm512_setzero_ps(), _mm512_broadcastss_ps(_mm_movehdup_ps(dd))));
-        q4k_rows(u, w1, w2, A, m0, nr, sb, acc);
+        q5k_rows(u, w1, w2, A, m0, nr, sb, acc);
     }
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(acc[r]);
 }
 
 /* Q5_K packed (cuca_pack_rows 1, cuca_k5_pack; Q4_K ran this form from 1ecbbd9 until its 16-row groups): rows in place;
- * a superblock's 128 code bytes hold q4k_tile's four code vectors as nibbles (u[0] in bits 0-3 and u[1] in 4-7 of the
+ * a superblock's 128 code bytes hold q5k_tile's four code vectors as nibbles (u[0] in bits 0-3 and u[1] in 4-7 of the
  * first 64, u[2], u[3] of the next), its 12 scale bytes the 16 6-bit fields sc0..7, mn0..7 back to back (field f at
  * bits 6f .. 6f+5), Q5_K's 32 high-bit bytes the four 64-bit masks of u[k]'s 5th bits: shifts and masks instead of
  * qword permutes, one vpmultishiftqb (VBMI) instead of the scalar unpacking, a masked add instead of bitshuffle. The
- * same lane sums and float sequence as q4k_tile: bit-identical to raw rows. Q4_K 2048 x 5632 from memory, 2 threads:
- * 0.82 / 0.82 / 0.90 / 0.99x the time of q4k_tile at M = 1 / 2 / 4 / 8 (5632 x 2048: 0.85 / 0.86x at M = 1 / 4); a
+ * same lane sums and float sequence as q5k_tile: bit-identical to raw rows. Q4_K 2048 x 5632 from memory, 2 threads:
+ * 0.82 / 0.82 / 0.90 / 0.99x the time of the raw kernel at M = 1 / 2 / 4 / 8 (5632 x 2048: 0.85 / 0.86x at M = 1 / 4); a
  * 4-layer all-Q4_K model's passes 0.97-0.99 / 0.85 / 0.85 / 0.94x at M = 1 / 2 / 4 / 8 (cuca vs cuca in one process,
  * Zen 4). Q5_K 2048 x 5632: 0.87 / 0.91 / 0.87 / 0.95x; the all-Q5_K model's passes 0.95 / 0.87 / 0.88 / 0.94x. */
 static inline __attribute__((always_inline)) void k5p_tile(const uint8_t *w, const cuca_act *A, int64_t m0,
@@ -256,7 +254,7 @@ static inline __attribute__((always_inline)) void k5p_tile(const uint8_t *w, con
                                         _mm512_broadcastss_ps(dd));
         const __m512 w2 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(f, 1))),
                                         _mm512_sub_ps(_mm512_setzero_ps(), _mm512_broadcastss_ps(_mm_movehdup_ps(dd))));
-        q4k_rows(u, w1, w2, A, m0, nr, sb, acc);
+        q5k_rows(u, w1, w2, A, m0, nr, sb, acc);
     }
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(acc[r]);
@@ -267,7 +265,7 @@ static inline __attribute__((always_inline)) void qk_tile(const int wt, const ui
     if (wt == GT_Q6_K)
         q6k_tile(w, A, m0, nr, out, ldo);
     else
-        q4k_tile(wt, w, A, m0, nr, out, ldo);
+        q5k_tile(w, A, m0, nr, out, ldo);
 }
 
 #elif defined(CUCA_AVX2)
@@ -366,16 +364,20 @@ static inline void qk_tile(const int wt, const uint8_t *w, const cuca_act *A, in
 #endif
 QK_FN(tile_q5_k, GT_Q5_K)
 #if !defined(CUCA_AVX2)
-QK_FN(tile_q4_k, GT_Q4_K)
 QK_FN(tile_q6_k, GT_Q6_K)
+#endif
+#if !defined(CUCA_AVX2) && !defined(CUCA_AVX512)
+QK_FN(tile_q4_k, GT_Q4_K)
 #endif
 
 int cuca_tile_k(int wtype, cuca_tile_fn *fn, int *tile) {
     switch (wtype) {
     case GT_Q5_K: *fn = tile_q5_k; break;
 #if !defined(CUCA_AVX2)
-    case GT_Q4_K: *fn = tile_q4_k; break;
     case GT_Q6_K: *fn = tile_q6_k; break;
+#endif
+#if !defined(CUCA_AVX2) && !defined(CUCA_AVX512)
+    case GT_Q4_K: *fn = tile_q4_k; break;
 #endif
     default: return CUCA_EUNSUPPORTED;
     }

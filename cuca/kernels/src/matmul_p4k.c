@@ -169,7 +169,7 @@ PK_ENTRY_POINTS(p4_any)
 /* AVX-512: the same layout with R = 16 (2304 bytes per superblock of a group: d 32, dmin 32, the scale dwords 3 x 64,
  * the code dwords 32 x 64), one int32 lane per row; per group and x row 8 dpbusd give the exact code . activation sums
  * of the 16 rows (|.| <= 32 * 15 * 127), times the group's scale by vpmulld into isum; the per-superblock float step as
- * on AVX2. The one-row kernels (matmul_k.c: q4k_tile raw, and 1ecbbd9's in-place form, k5p_tile's now) did a
+ * on AVX2. The one-row kernels it replaces (matmul_k.c's raw Q4_K tile, and 1ecbbd9's in-place form, now Q5_K's) did a
  * superblock's scale work per row: against that in-place form, one thread in L2 (1024 x 2048, Zen 4) 0.63 / 0.75 / 0.72
  * / 0.73 / 0.83x the time at M = 1 / 2 / 3 / 4 / 8; the all-Q4_K 4-layer passes 0.89-0.92 / 0.80 / 0.76 / 0.74-0.81 /
  * 0.74x (2 threads, cuca vs cuca in one process). The float sequence differs from those (one float step per superblock,

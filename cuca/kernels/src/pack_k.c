@@ -31,7 +31,7 @@ int cuca_k6_pack(const void *w, int64_t n_out, int64_t n_in, void *dst) {
  * GGUF's split layout) as fields 0-15 of a 96-bit little-endian stream; qword k of the 32 high-bit bytes = the 64
  * 5th bits of u[k], bit j for byte j; then byte j of code half h (64 bytes) = u[2h] in bits 0-3 and u[2h + 1] in
  * bits 4-7, where qword q of u[k] is raw code qword 4 (q / 2) + k, its high nibbles for odd q (the qword permute of
- * q4k_tile) */
+ * q5k_tile) */
 static void k5_codes(const uint8_t *blk, uint8_t *dst) {
     const uint8_t *s = blk + 4, *qs = blk + 48;
     uint8_t f[16];
@@ -50,7 +50,7 @@ static void k5_codes(const uint8_t *blk, uint8_t *dst) {
                 const int j = 8 * q + t; /* byte j of u[k] */
                 const uint8_t c = qs[8 * (4 * (q / 2) + k) + t], u = q & 1 ? c >> 4 : c & 0x0F;
                 dst[48 + 64 * (k / 2) + j] |= (uint8_t)(u << (4 * (k % 2)));
-                /* q4k_tile: the 5th bit of byte j = 8i + t of u[k] is bit 8t + i of raw qh qword k */
+                /* q5k_tile: the 5th bit of byte j = 8i + t of u[k] is bit 8t + i of raw qh qword k */
                 if (blk[16 + 8 * k + t] >> q & 1) dst[16 + 8 * k + j / 8] |= (uint8_t)(1u << (j % 8));
             }
 }
