@@ -2,7 +2,7 @@
  * (portable build) against Q8_K activations; the SIMD builds run Q4_K, and AVX2 Q6_K, through the row-interleaved
  * kernels (matmul_p4k.c, matmul_p6.c), on raw rows too (cuca_tile_q hands them out), so packed and raw rows give
  * identical results. AVX-512 packs Q6_K and Q5_K in place (k6p_tile, k5p_tile: each superblock's bytes reordered,
- * pack_k.c); raw rows keep q6k_tile / q5k_tile, which give the same bits.
+ * pack_k.c); raw rows keep q6k_tile / q5k_tile's raw form, which give the same bits.
  *
  * Every integer partial sum is exact; only its float scaling is ordered, the same for each x row in every tile.
  * AVX-512: one zmm holds a whole superblock, with 2 lanes per 32-value group (Q5_K) or 1 lane per
@@ -159,24 +159,18 @@ static inline __attribute__((always_inline)) void k6p_tile(const uint8_t *w, con
 }
 
 /* Q5_K: one zmm holds a whole superblock, lanes 2i and 2i+1 for 32-group i, so four dpbusd give the per-group
- * sums. Per row acc += ((sumi lanes) * (dw * scale_i) + (group sums) * (-dmin * min_i)) * da. */
-static inline __attribute__((always_inline)) void q5k_rows(const __m512i *u, __m512 w1, __m512 w2, const cuca_act *A,
-                                                           int64_t m0, const int nr, int64_t sb, __m512 *acc) {
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) {
-        const int8_t *a = ACT_QS(A, m0 + r) + QKK * sb;
-        __m512i c0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], _mm512_load_si512(a));
-        __m512i c1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[1], _mm512_load_si512(a + 64));
-        c0 = _mm512_dpbusd_epi32(c0, u[2], _mm512_load_si512(a + 128));
-        c1 = _mm512_dpbusd_epi32(c1, u[3], _mm512_load_si512(a + 192));
-        __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c0, c1)), w1);
-        t = _mm512_fmadd_ps(_mm512_load_ps((const float *)(ACT_BS(A, m0 + r) + 32 * sb)), w2, t);
-        acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(ACT_D(A, m0 + r)[sb]), acc[r]);
-    }
-}
-
-static inline __attribute__((always_inline)) void q5k_tile(const uint8_t *w, const cuca_act *A, int64_t m0,
-                                                           const int nr, float *out, int64_t ldo) {
+ * sums. Per row acc += ((sumi lanes) * (dw * scale_i) + (group sums) * (-dmin * min_i)) * da.
+ * Raw rows (packed 0): the code vectors gathered by qword permutes, the 5th bits by bitshuffle, the scales by
+ * k4_scales. Packed in place (packed 1; cuca_pack_rows 1, cuca_k5_pack; Q4_K ran this form from 1ecbbd9 until its
+ * 16-row groups): the 128 code bytes hold the four code vectors as nibbles (u[0] in bits 0-3 and u[1] in 4-7 of the
+ * first 64, u[2], u[3] of the next), the 12 scale bytes the 16 6-bit fields sc0..7, mn0..7 back to back (field f at
+ * bits 6f .. 6f+5), the 32 high-bit bytes the four 64-bit masks of u[k]'s 5th bits: shifts and masks, one
+ * vpmultishiftqb (VBMI) and a masked add instead. Both give the same vectors into one float sequence: packed and raw
+ * rows give the same bits. Packed vs raw (2 threads, from memory, cuca vs cuca in one process, Zen 4): Q5_K 2048 x
+ * 5632 0.87 / 0.91 / 0.87 / 0.95x the time at M = 1 / 2 / 4 / 8, an all-Q5_K 4-layer model's passes 0.95 / 0.87 /
+ * 0.88 / 0.94x; Q4_K (while it ran this form) 0.82 / 0.82 / 0.90 / 0.99x and 0.97-0.99 / 0.85 / 0.85 / 0.94x. */
+static inline __attribute__((always_inline)) void q5k_tile(const int packed, const uint8_t *w, const cuca_act *A,
+                                                           int64_t m0, const int nr, float *out, int64_t ldo) {
     static const int64_t qidx[4][8] = {{0, 0, 4, 4, 8, 8, 12, 12}, {1, 1, 5, 5, 9, 9, 13, 13},
                                        {2, 2, 6, 6, 10, 10, 14, 14}, {3, 3, 7, 7, 11, 11, 15, 15}};
     static const int32_t sidx[16] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7};
@@ -187,54 +181,12 @@ static inline __attribute__((always_inline)) void q5k_tile(const uint8_t *w, con
         2, 10, 18, 26, 34, 42, 50, 58, 3, 11, 19, 27, 35, 43, 51, 59,
         4, 12, 20, 28, 36, 44, 52, 60, 5, 13, 21, 29, 37, 45, 53, 61,
         6, 14, 22, 30, 38, 46, 54, 62, 7, 15, 23, 31, 39, 47, 55, 63};
-    const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16), hs = _mm512_loadu_si512(hsel);
-    __m512 acc[QK_T];
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < A->nblk; sb++) {
-        const uint8_t *b = w + sb * QKB(GT_Q5_K), *qs = b + 48;
-        kq_prefetch(b, QKB(GT_Q5_K));
-        const __m512i q0 = _mm512_loadu_si512(qs), q1 = _mm512_loadu_si512(qs + 64);
-        __m512i u[4];
-        for (int k = 0; k < 4; k++) {
-            const __m512i y = _mm512_permutex2var_epi64(q0, _mm512_loadu_si512(qidx[k]), q1);
-            u[k] = _mm512_and_si512(_mm512_mask_srli_epi64(y, 0xAA, y, 4), m4);
-            const __m512i h = _mm512_set1_epi64((long long)cuca_ld64(b + 16 + 8 * k));
-            u[k] = _mm512_mask_add_epi8(u[k], _mm512_bitshuffle_epi64_mask(h, hs), u[k], sixteen);
-        }
-        uint64_t sc, mn;
-        k4_scales(b + 4, &sc, &mn);
-        const __m512i s32 = _mm512_cvtepu8_epi32(_mm_set_epi64x((long long)mn, (long long)sc));
-        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)cuca_ld32(b)));
-        const __m512 w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(_mm512_loadu_si512(sidx), s32)),
-                                        _mm512_broadcastss_ps(dd));
-        const __m512 w2 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(_mm512_loadu_si512(midx), s32)),
-                                        _mm512_sub_ps(_mm512_setzero_ps(), _mm512_broadcastss_ps(_mm_movehdup_ps(dd))));
-        q5k_rows(u, w1, w2, A, m0, nr, sb, acc);
-    }
-    #pragma GCC unroll 8
-    for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(acc[r]);
-}
-
-/* Q5_K packed (cuca_pack_rows 1, cuca_k5_pack; Q4_K ran this form from 1ecbbd9 until its 16-row groups): rows in place;
- * a superblock's 128 code bytes hold q5k_tile's four code vectors as nibbles (u[0] in bits 0-3 and u[1] in 4-7 of the
- * first 64, u[2], u[3] of the next), its 12 scale bytes the 16 6-bit fields sc0..7, mn0..7 back to back (field f at
- * bits 6f .. 6f+5), Q5_K's 32 high-bit bytes the four 64-bit masks of u[k]'s 5th bits: shifts and masks instead of
- * qword permutes, one vpmultishiftqb (VBMI) instead of the scalar unpacking, a masked add instead of bitshuffle. The
- * same lane sums and float sequence as q5k_tile: bit-identical to raw rows. Q4_K 2048 x 5632 from memory, 2 threads:
- * 0.82 / 0.82 / 0.90 / 0.99x the time of the raw kernel at M = 1 / 2 / 4 / 8 (5632 x 2048: 0.85 / 0.86x at M = 1 / 4); a
- * 4-layer all-Q4_K model's passes 0.97-0.99 / 0.85 / 0.85 / 0.94x at M = 1 / 2 / 4 / 8 (cuca vs cuca in one process,
- * Zen 4). Q5_K 2048 x 5632: 0.87 / 0.91 / 0.87 / 0.95x; the all-Q5_K model's passes 0.95 / 0.87 / 0.88 / 0.94x. */
-static inline __attribute__((always_inline)) void k5p_tile(const uint8_t *w, const cuca_act *A, int64_t m0,
-                                                           const int nr, float *out, int64_t ldo) {
-    /* bytes 0-15 <- sc0,sc0,sc1,sc1..sc7,sc7 (fields 0-7 in scale bytes 0-5), 16-31 <- the mins (fields 8-15 at
-     * bits 0-47 of bytes 6-13): vpermb picks each qword's source bytes, vpmultishiftqb each byte's bit offset */
+    /* packed: bytes 0-15 <- sc0,sc0,sc1,sc1..sc7,sc7 (fields 0-7 in scale bytes 0-5), 16-31 <- the mins (fields 8-15
+     * at bits 0-47 of bytes 6-13): vpermb picks each qword's source bytes, vpmultishiftqb each byte's bit offset */
     static const uint8_t sperm[32] = {0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7,
                                       6, 7, 8, 9, 10, 11, 12, 13, 6, 7, 8, 9, 10, 11, 12, 13};
     static const uint8_t sbit[32] = {0, 0, 6, 6, 12, 12, 18, 18, 24, 24, 30, 30, 36, 36, 42, 42,
                                      0, 0, 6, 6, 12, 12, 18, 18, 24, 24, 30, 30, 36, 36, 42, 42};
-    const __m256i sp = _mm256_loadu_si256((const __m256i *)sperm), sv = _mm256_loadu_si256((const __m256i *)sbit);
-    const __m256i m63 = _mm256_set1_epi8(0x3F);
     const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     __m512 acc[QK_T];
     #pragma GCC unroll 8
@@ -243,21 +195,55 @@ static inline __attribute__((always_inline)) void k5p_tile(const uint8_t *w, con
         const uint8_t *b = w + sb * QKB(GT_Q5_K), *qs = b + 48;
         kq_prefetch(b, QKB(GT_Q5_K));
         const __m512i q0 = _mm512_loadu_si512(qs), q1 = _mm512_loadu_si512(qs + 64);
-        __m512i u[4] = {_mm512_and_si512(q0, m4), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4),
-                        _mm512_and_si512(q1, m4), _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4)};
-        for (int k = 0; k < 4; k++) /* byte j of u[k] gets its 5th bit from bit j of the k-th mask qword at b + 16 */
-            u[k] = _mm512_mask_add_epi8(u[k], (__mmask64)cuca_ld64(b + 16 + 8 * k), u[k], sixteen);
-        const __m256i s = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b + 4))); /* bytes 4-19 */
-        const __m256i f = _mm256_and_si256(_mm256_multishift_epi64_epi8(sv, _mm256_permutexvar_epi8(sp, s)), m63);
         const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)cuca_ld32(b)));
-        const __m512 w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(f))),
-                                        _mm512_broadcastss_ps(dd));
-        const __m512 w2 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(f, 1))),
+        __m512i u[4], sc, mn; /* sc / mn: lane 2i and 2i+1 <- scale / min of group i */
+        if (packed) {
+            u[0] = _mm512_and_si512(q0, m4), u[1] = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
+            u[2] = _mm512_and_si512(q1, m4), u[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
+            for (int k = 0; k < 4; k++) /* byte j of u[k]: its 5th bit is bit j of the k-th mask qword at b + 16 */
+                u[k] = _mm512_mask_add_epi8(u[k], (__mmask64)cuca_ld64(b + 16 + 8 * k), u[k], sixteen);
+            const __m256i s = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b + 4))); /* bytes 4-19 */
+            const __m256i f = _mm256_and_si256(
+                _mm256_multishift_epi64_epi8(_mm256_loadu_si256((const __m256i *)sbit),
+                                             _mm256_permutexvar_epi8(_mm256_loadu_si256((const __m256i *)sperm), s)),
+                _mm256_set1_epi8(0x3F));
+            sc = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(f));
+            mn = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(f, 1));
+        } else {
+            const __m512i hs = _mm512_loadu_si512(hsel);
+            for (int k = 0; k < 4; k++) {
+                const __m512i y = _mm512_permutex2var_epi64(q0, _mm512_loadu_si512(qidx[k]), q1);
+                u[k] = _mm512_and_si512(_mm512_mask_srli_epi64(y, 0xAA, y, 4), m4);
+                const __m512i h = _mm512_set1_epi64((long long)cuca_ld64(b + 16 + 8 * k));
+                u[k] = _mm512_mask_add_epi8(u[k], _mm512_bitshuffle_epi64_mask(h, hs), u[k], sixteen);
+            }
+            uint64_t s8, m8;
+            k4_scales(b + 4, &s8, &m8);
+            const __m512i s32 = _mm512_cvtepu8_epi32(_mm_set_epi64x((long long)m8, (long long)s8));
+            sc = _mm512_permutexvar_epi32(_mm512_loadu_si512(sidx), s32);
+            mn = _mm512_permutexvar_epi32(_mm512_loadu_si512(midx), s32);
+        }
+        const __m512 w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), _mm512_broadcastss_ps(dd));
+        const __m512 w2 = _mm512_mul_ps(_mm512_cvtepi32_ps(mn),
                                         _mm512_sub_ps(_mm512_setzero_ps(), _mm512_broadcastss_ps(_mm_movehdup_ps(dd))));
-        q5k_rows(u, w1, w2, A, m0, nr, sb, acc);
+        #pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
+            const int8_t *a = ACT_QS(A, m0 + r) + QKK * sb;
+            __m512i c0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], _mm512_load_si512(a));
+            __m512i c1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[1], _mm512_load_si512(a + 64));
+            c0 = _mm512_dpbusd_epi32(c0, u[2], _mm512_load_si512(a + 128));
+            c1 = _mm512_dpbusd_epi32(c1, u[3], _mm512_load_si512(a + 192));
+            __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(c0, c1)), w1);
+            t = _mm512_fmadd_ps(_mm512_load_ps((const float *)(ACT_BS(A, m0 + r) + 32 * sb)), w2, t);
+            acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(ACT_D(A, m0 + r)[sb]), acc[r]);
+        }
     }
     #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(acc[r]);
+}
+static inline __attribute__((always_inline)) void k5p_tile(const uint8_t *w, const cuca_act *A, int64_t m0,
+                                                           const int nr, float *out, int64_t ldo) {
+    q5k_tile(1, w, A, m0, nr, out, ldo);
 }
 
 static inline __attribute__((always_inline)) void qk_tile(const int wt, const uint8_t *w, const cuca_act *A,
@@ -265,7 +251,7 @@ static inline __attribute__((always_inline)) void qk_tile(const int wt, const ui
     if (wt == GT_Q6_K)
         q6k_tile(w, A, m0, nr, out, ldo);
     else
-        q5k_tile(w, A, m0, nr, out, ldo);
+        q5k_tile(0, w, A, m0, nr, out, ldo);
 }
 
 #elif defined(CUCA_AVX2)
