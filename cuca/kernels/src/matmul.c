@@ -20,50 +20,29 @@ static inline float hsum512(__m512 v) {
     return _mm_cvtss_f32(b);
 }
 
-static inline __attribute__((always_inline)) __m512 f_load(const int wt, const uint8_t *w, int64_t k, __mmask16 m) {
-    if (wt == GT_F32) return _mm512_maskz_loadu_ps(m, (const float *)w + k);
-    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)w + k);
-    if (wt == GT_F16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+static inline __attribute__((always_inline)) __m512 f_load(const uint8_t *w, int64_t k, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, (const float *)w + k);
 }
 
-/* nv (1..FW_R) weight rows at stride rb against x rows m0 .. m0+nr-1: out[r * ldo + i]. Per (weight row, x row)
- * one float sequence whatever nv and nr: two accumulators (values 32j .. 32j+15 and 32j+16 .. 32j+31), the masked
- * tail, one horizontal sum. From 2 x rows F16 / BF16 take FW_R = 3 weight rows at once (24 accumulators, 4 x
- * vectors, 1 weight vector): each 16-value chunk of x loaded feeds 3 rows and each converted weight chunk 4 x rows,
- * 0.58 loads per fma where one weight row loaded 1.25 at M = 4; one x row (and F32) keeps one weight row: one stream
- * (3 at once cost 1.25x its time from memory). */
-#define FW_R 3
-#define FW_T 4
-static inline __attribute__((always_inline)) void f_tile(const int wt, const uint8_t *w, size_t rb, const int nv,
-                                                         const cuca_act *A, int64_t m0, const int nr, float *out,
-                                                         int64_t ldo) {
+/* F32 (F16 / BF16 run matmul_pf.c's packed tiles: cuca_tile_q hands them out): one weight row against x rows
+ * m0 .. m0+nr-1, out[r * ldo]. Per (weight row, x row) one float sequence whatever nr: two accumulators (values 32j
+ * .. 32j+15 and 32j+16 .. 32j+31), the masked tail, one horizontal sum. */
+static inline __attribute__((always_inline)) void f_row(const int wt, const uint8_t *w, const cuca_act *A,
+                                                        int64_t m0, const int nr, float *out, int64_t ldo) {
+    (void)wt;
     const int64_t n = A->n_in;
-    const int es = wt == GT_F32 ? 4 : 2; /* bytes per weight */
     const float *x = A->xf + m0 * n;
-    __m512 acc[2][FW_R][F_T];
+    __m512 acc[2][F_T];
     int64_t k = 0;
-    #pragma GCC unroll 3
-    for (int i = 0; i < nv; i++)
-        #pragma GCC unroll 8
-        for (int r = 0; r < nr; r++) acc[0][i][r] = acc[1][i][r] = _mm512_setzero_ps();
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) acc[0][r] = acc[1][r] = _mm512_setzero_ps();
     for (; k + 32 <= n; k += 32) {
-        /* several row streams: 4 KiB ahead into L2 (1 KiB into L1, as for one: 1.2-1.3x the time from memory) */
-        if (nv == 1) cuca_prefetch(w + k * es, 32 * es);
-        else
-            #pragma GCC unroll 3
-            for (int i = 0; i < nv; i++) _mm_prefetch((const char *)w + (size_t)i * rb + k * es + 4096, _MM_HINT_T1);
+        cuca_prefetch(w + k * 4, 128);
         #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            __m512 xv[F_T];
+            const __m512 wv = f_load(w, k + 16 * h, 0xFFFF);
             #pragma GCC unroll 8
-            for (int r = 0; r < nr; r++) xv[r] = _mm512_loadu_ps(x + r * n + k + 16 * h);
-            #pragma GCC unroll 3
-            for (int i = 0; i < nv; i++) {
-                const __m512 wv = f_load(wt, w + (size_t)i * rb, k + 16 * h, 0xFFFF);
-                #pragma GCC unroll 8
-                for (int r = 0; r < nr; r++) acc[h][i][r] = _mm512_fmadd_ps(wv, xv[r], acc[h][i][r]);
-            }
+            for (int r = 0; r < nr; r++) acc[h][r] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + r * n + k + 16 * h), acc[h][r]);
         }
     }
     if (k < n) {
@@ -73,38 +52,15 @@ static inline __attribute__((always_inline)) void f_tile(const int wt, const uin
         #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             if (h && rem <= 16) break;
-            #pragma GCC unroll 3
-            for (int i = 0; i < nv; i++) {
-                const __m512 wv = f_load(wt, w + (size_t)i * rb, k + 16 * h, mm[h]);
-                #pragma GCC unroll 8
-                for (int r = 0; r < nr; r++)
-                    acc[h][i][r] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mm[h], x + r * n + k + 16 * h),
-                                                   acc[h][i][r]);
-            }
+            const __m512 wv = f_load(w, k + 16 * h, mm[h]);
+            #pragma GCC unroll 8
+            for (int r = 0; r < nr; r++)
+                acc[h][r] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mm[h], x + r * n + k + 16 * h), acc[h][r]);
         }
     }
-    #pragma GCC unroll 3
-    for (int i = 0; i < nv; i++)
-        #pragma GCC unroll 8
-        for (int r = 0; r < nr; r++) out[r * ldo + i] = hsum512(_mm512_add_ps(acc[0][i][r], acc[1][i][r]));
+    #pragma GCC unroll 8
+    for (int r = 0; r < nr; r++) out[r * ldo] = hsum512(_mm512_add_ps(acc[0][r], acc[1][r]));
 }
-
-/* one weight row (CUCA_TILE_FN's row kernel) */
-#define f_row(wt, w, A, m0, nr, out, ldo) f_tile(wt, w, 0, 1, A, m0, nr, out, ldo)
-#define FW_NV(wt, n, v) case v: f_tile(wt, w + (size_t)i * rb, rb, v, A, m0, n, out + i, ldo); break;
-#define FW_CASE(wt, n) \
-    case n: switch (nw - i < FW_R ? nw - i : FW_R) { FW_NV(wt, n, 1) FW_NV(wt, n, 2) FW_NV(wt, n, 3) default: break; } \
-        break;
-#define FW_FN(name, wt)                                                                                          \
-    static void name(const uint8_t *w, size_t rb, int nw, const cuca_act *A, int64_t m0, int nr, float *out,    \
-                     int64_t ldo) {                                                                              \
-        if (nr == 1) {                                                                                           \
-            for (int i = 0; i < nw; i++) f_row(wt, w + (size_t)i * rb, A, m0, 1, out + i, ldo);                  \
-            return;                                                                                              \
-        }                                                                                                        \
-        for (int i = 0; i < nw; i += FW_R)                                                                       \
-            switch (nr) { FW_CASE(wt, 2) FW_CASE(wt, 3) FW_CASE(wt, 4) default: break; }                         \
-    }
 
 #elif defined(CUCA_AVX2)
 /* F32 only: F16 / BF16 run matmul_pf.c's 4-row tiles (cuca_tile_q hands them out) */
@@ -170,10 +126,7 @@ static inline void f_tile(const int wt, const uint8_t *w, const cuca_act *A, int
 #define F_FN(name, wt) CUCA_TILE_FN(name, f_tile, wt, 4)
 #endif
 F_FN(tile_f32, GT_F32)
-#if defined(CUCA_AVX512)
-FW_FN(tile_f16, GT_F16)
-FW_FN(tile_bf16, GT_BF16)
-#elif !defined(CUCA_AVX2) /* the AVX2 build packs F16 / BF16 (matmul_pf.c) */
+#if !defined(CUCA_AVX2) && !defined(CUCA_AVX512) /* the SIMD builds pack F16 / BF16 (matmul_pf.c) */
 F_FN(tile_f16, GT_F16)
 F_FN(tile_bf16, GT_BF16)
 #endif
@@ -181,17 +134,13 @@ F_FN(tile_bf16, GT_BF16)
 int cuca_tile_f(int wtype, cuca_tile_fn *fn, int *tile) {
     switch (wtype) {
     case GT_F32: *fn = tile_f32; break;
-#if !defined(CUCA_AVX2)
+#if !defined(CUCA_AVX2) && !defined(CUCA_AVX512)
     case GT_F16: *fn = tile_f16; break;
     case GT_BF16: *fn = tile_bf16; break;
 #endif
     default: return CUCA_EUNSUPPORTED;
     }
-#if defined(CUCA_AVX512)
-    *tile = wtype == GT_F32 ? F_T : FW_T;
-#else
     *tile = F_T;
-#endif
     return CUCA_OK;
 }
 

@@ -69,6 +69,7 @@ int cuca_pack_rows(int wtype) {
      * VBMI) too. SmolLM2's whole M = 4 pass took 1.70-1.85x its M = 1 time with the unpacked Q4_1 kernel, packed
      * 1.33-1.51x (2 threads) */
     if (wtype == GT_Q4_1 || wtype == GT_Q5_0 || wtype == GT_Q5_1) return PK_R;
+    if (wtype == GT_F16 || wtype == GT_BF16) return PF_R; /* matmul_pf.c */
 #endif
     return wtype == GT_Q4_0 || wtype == GT_Q8_0 ? PK_R : 0;
 }

@@ -55,6 +55,10 @@ static inline __attribute__((always_inline)) void pk_where(int R, int64_t nb, in
     *codes = rec + (size_t)sb * (size_t)R * (size_t)kk + cbytes * (size_t)j;
 }
 
+/* GCC re-associates integer vector sums: left free, it computes all of a block's products before adding any and
+ * spills them (AVX2 has 16 registers; 2+ x rows). An empty asm on a partial sum keeps the adds in source order. */
+#define PK_KEEP(v) __asm__("" : "+x"(v))
+
 #if defined(CUCA_AVX512) || defined(CUCA_AVX2)
 /* where block b's scale d and correction c are among the activation row's (qmatmul.h) */
 static inline __attribute__((always_inline)) int64_t pk_ai(int64_t b) {
@@ -105,9 +109,6 @@ static inline __attribute__((always_inline)) void pk_rows8(const uint8_t *p, siz
     v[3] = _mm256_unpackhi_epi64(a1, a3);
 }
 
-/* GCC re-associates integer vector sums: left free, it computes all of a block's products before adding any and
- * spills them (AVX2 has 16 registers; 2+ x rows). An empty asm on a partial sum keeps the adds in source order. */
-#define PK_KEEP(v) __asm__("" : "+x"(v))
 
 /* A group kernel's x rows m0 .. m0+nr-1 (their activations) and its accumulators, one ymm per x row (accm: Q4_1's
  * min terms, summed into acc at the end). */

@@ -172,8 +172,8 @@ static inline float cuca_bf2f(uint16_t h) {
     return f;
 }
 
-#if defined(CUCA_AVX2)
-/* the 8 lanes' sum in a fixed order (the AVX2 tile kernels' last step) */
+#if defined(CUCA_AVX2) || defined(CUCA_AVX512)
+/* the 8 lanes' sum in a fixed order (the AVX2 tile kernels' last step; matmul_pf.c's on both) */
 static inline float cuca_hsum256(__m256 a) {
     __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     b = _mm_add_ps(b, _mm_movehl_ps(b, b));
