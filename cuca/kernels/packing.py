@@ -1,6 +1,7 @@
 """Row-interleaved weights, private to the C backend: a weight whose format the build packs (`pack_rows`: the 32-value
-block formats and Q6_K; on AVX2 also Q4_K, F16 and BF16) is repacked once, at its first matmul, into the layout of
-`matmul_packed` (matmul_p.c, matmul_p6.c: one activation load feeds 16 (AVX-512) or 8 (AVX2) output rows).
+block formats, Q4_K, Q6_K, F16 and BF16; on AVX-512 also Q5_K) is repacked once, at its first matmul, into the layout of
+`matmul_packed` (matmul_p.c, matmul_p6.c, matmul_p4k.c: one activation load feeds 16 (AVX-512) or 8 (AVX2)
+output rows; matmul_pf.c: one x chunk feeds 4 float rows).
 `Linear.w` and `Linear.wtype` keep their raw GGUF meaning for everyone else (cuca.quants, get_rows, other backends).
 
 Memory-neutral for file weights: a weight mapped from a GGUF file has its mapped pages released once packed
