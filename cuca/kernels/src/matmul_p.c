@@ -185,10 +185,19 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
              * Q8_0 M = 4 at 1.11x, whole decode 1.06-1.09x; moving, spacing or re-hinting the straight ones, the
              * run-time distance alone or the test alone gave none of it. A code-generation effect whose cause is
              * not known: recheck it when the compiler changes (benchmarks/bench_kernels.py --cold-mb 1024). */
-            if (nr >= pk_pf_rows)
-                for (int o = 0; o <= 64 * nt; o += 64)
-                    if ((((uintptr_t)cb + o) & (pk_pf_step - 1)) < 64)
-                        _mm_prefetch((const char *)cb + pk_pf_dist + o, _MM_HINT_T1);
+            if (nr >= pk_pf_rows) {
+                /* from the block's codes to the next block's, so every line of a record is covered; Q4_1 / Q5_1
+                 * (2 scale lines per record of 2 blocks): a record's first block from its scales, else each
+                 * record's second scale line went unfetched. On 4 KiB pages that line missed to DRAM every 640 / 768
+                 * bytes (Q4_1 4096x1536 in np.empty copies, cold, 2 threads, AVX-512 Zen 4: 0.52-0.73x the time at
+                 * M = 3, 0.59-0.60x at 4, 0.70x at 8; Q5_1 0.60-0.67x); in the Ops arena's huge pages whole passes
+                 * ran on par before and after (kernel-table Q4_1 / Q5_1 models, SmolLM2) */
+                const uint8_t *ps = hm && !(b & 1) ? g + so : cb;
+                const int span = (int)(cb + 64 * nt - ps);
+                for (int o = 0; o <= span; o += 64)
+                    if ((((uintptr_t)ps + o) & (pk_pf_step - 1)) < 64)
+                        _mm_prefetch((const char *)ps + pk_pf_dist + o, _MM_HINT_T1);
+            }
             for (int t = 0; t < nt; t++) v[t] = _mm512_loadu_si512(cb + 64 * t);
             dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + so)));
             if (hm) mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + so + 32)));
