@@ -9,7 +9,9 @@ Q4_0 / Q8_0 run in the row-interleaved layout where the build packs them (as a m
 
 Hot (default): the best of --reps calls on one weight tensor, which then sits in the caches.
 --cold-mb N: sweep over enough copies of each weight tensor to stream N MB per sweep, so the weights come from
-memory as in a real forward pass (the median call counts).
+memory as in a real forward pass (the median call counts). The copies sit in huge pages (packing.Arena, as a
+model's packed and raw-copied weights do): in 4 KiB pages the kernels' software prefetches run ahead into pages the
+TLB does not hold yet, and some formats read up to 2x slower than they do in a model (AVX-512 Q4_1 at M = 3-4).
 
     python benchmarks/bench_kernels.py --threads 2 --cold-mb 1024
 
@@ -40,7 +42,7 @@ from quant_data import random_weight  # noqa: E402
 from synth import _vocab  # noqa: E402
 
 from cuca import quants as Q  # noqa: E402
-from cuca.kernels import ISA, impl  # noqa: E402
+from cuca.kernels import ISA, impl, packing  # noqa: E402
 
 FORMATS = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
 MS = [1, 2, 4, 8, 16, 17]
@@ -54,6 +56,13 @@ def weight(wtype: int, n_out: int, n_in: int) -> np.ndarray:
     return np.tile(slab, (n_out // 4096, 1))
 
 
+def _in_arena(arena: packing.Arena, a: np.ndarray) -> np.ndarray:
+    """A copy of `a` in the arena's huge pages."""
+    b = arena.alloc(a.nbytes).view(a.dtype).reshape(a.shape)
+    b[...] = a
+    return b
+
+
 def bench(wtype: int, n_out: int, n_in: int, reps: int, threads: int, cold_mb: float) -> dict[int, float]:
     """Seconds per call for each M. Hot: the best of `reps` calls, the M values taking turns (so that load from
     elsewhere hits them alike). Cold: the median over two sweeps of the weight copies."""
@@ -64,7 +73,8 @@ def bench(wtype: int, n_out: int, n_in: int, reps: int, threads: int, cold_mb: f
         impl.pack(w, wtype, n_out, n_in, p)
         w = p
     copies = max(1, int(np.ceil(cold_mb * 2**20 / w.nbytes))) if cold_mb > 0 else 1
-    ws = [w] + [w.copy() for _ in range(copies - 1)]
+    arena = packing.Arena()
+    ws = [w] + [_in_arena(arena, w) for _ in range(copies - 1)]
     rng = np.random.default_rng(0)
     xs = {M: rng.standard_normal((M, n_in), dtype=np.float32) for M in MS}
     outs = {M: np.empty((M, n_out), np.float32) for M in MS}
