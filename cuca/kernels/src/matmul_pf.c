@@ -1,8 +1,8 @@
 /* Row-interleaved ("packed") F16 / BF16 weights against float32 x, AVX2 and AVX-512 builds: a register tile of 4
  * weight rows x up to PF_T x rows, so each 8-value chunk of x loaded feeds 4 rows and each converted weight chunk
  * every x row, where a one-row tile swept all x rows per weight row. AVX2 (16 registers): 4 x 3 accumulators, 3 x
- * vectors and 1 weight vector; 4 x rows take two sweeps of 2 weight rows (4 x 2 accumulators), the second from cache.
- * AVX-512 (32 ymm registers, VL): 4 x 6 accumulators in one sweep.
+ * vectors and 1 weight vector; 4 x rows take rows 0-1 then rows 2-3 (4 x 2 accumulators) over each 2 KiB run of the
+ * group, the second pass from L1 (pf_tile). AVX-512 (32 ymm registers, VL): 4 x 6 accumulators in one pass.
  *
  * Layout (same size as the raw tensor): rows in groups of 4; per group, chunk c (values 8c .. 8c+7) of rows 0..3
  * side by side (one 64-byte line), then the n_in % 8 last values of row 0, 1, 2, 3. The n_out % 4 last rows
@@ -99,8 +99,9 @@ static inline __attribute__((always_inline)) void pf_store(const int wt, const p
 
 /* nv (1..4) weight rows of a group against x rows m0 .. m0+nr-1: out[r * ldo + i]. One sweep where PF_W(nr) covers
  * the group; else (AVX2, 4 x rows) rows 0-1 then rows 2-3 over each run of PF_KB chunks, the second pass from L1, so
- * the prefetches keep one even pace (two whole-group sweeps ran 0.72x the old 3 + 1 row passes' time where these
- * took 0.5x: the stream stalled through each second sweep) */
+ * that the prefetches keep one even pace: two sweeps of the whole group (F16 5632x2048 at M = 4, from memory, 2
+ * threads, AVX2 build on Zen 4) ran 0.72x the time of the old 3 + 1 row passes, these runs 0.44-0.49x; the stream
+ * stalled through each whole second sweep */
 static inline __attribute__((always_inline)) void pf_tile(const int wt, const uint8_t *g, const int packed,
                                                           size_t rs, const cuca_act *A, int64_t m0, const int nr,
                                                           float *out, int64_t ldo, const int nv) {
