@@ -198,7 +198,7 @@ int cuca_tile_p4k(cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
 void cuca_pk16_q4_0(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m0, int nr, float *out, int64_t ldo,
                     int nv);
 #endif
-/* matmul_pf.c: F16 / BF16 in groups of PF_R rows (AVX2), its packing (2-byte values, any n_in) and kernels */
+/* matmul_pf.c: F16 / BF16 in groups of PF_R rows (SIMD builds), its packing (2-byte values, any n_in) and kernels */
 #define PF_R 4
 int cuca_pf_pack(const void *w, int64_t n_out, int64_t n_in, void *dst);
 int cuca_tile_pf(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
