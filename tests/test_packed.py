@@ -319,3 +319,38 @@ def test_ops_copies_large_unpacked_file_weights_into_its_arena(tmp_path: Path) -
     head = copy.copy(lin)
     head.w, head.n_out = lin.w[:100], 100
     assert np.array_equal(ops.matmul(head, x), want[:, :100])
+
+
+def _owned(wtype: int, n_out: int, n_in: int, seed: int) -> Linear:
+    lin = object.__new__(Linear)
+    lin.name, lin.wtype, lin.n_out, lin.n_in = f"w{seed}", wtype, n_out, n_in
+    lin._packed, lin._owned, lin._fused = None, True, None
+    lin.w = np.ascontiguousarray(random_weight(wtype, n_out, n_in, seed=seed)).view(np.uint8).reshape(n_out, -1)
+    return lin
+
+
+@needs_packed
+@pytest.mark.parametrize("wtype", PACKED, ids=Q.type_name)
+def test_matmuls_fused_equal_separate(wtype: int) -> None:
+    """Ops.matmuls: weights packed back to back (all but the last filling whole row groups) give, in one call, the
+    bits separate matmuls give; weights that cannot share a buffer (a partial group before the last, another
+    format) run one by one; each weight alone still runs from its slice of the shared buffer."""
+    assert C is not None
+    R, n_in = C.pack_rows(wtype), N_IN[wtype]
+    other = Q.Q8_0 if wtype != Q.Q8_0 else Q.Q4_0
+    cases = [((2 * R, R, R + 3), True), ((R + 1, R), R == 1), ((R, R), True)]  # R == 1: rows packed in place
+    if N_IN[other] == n_in:
+        cases.append(((R, R), False))
+    for i, (outs, fusable) in enumerate(cases):
+        types = [wtype] * len(outs) if i < 3 else [wtype, other]
+        ws = [_owned(t, n, n_in, seed=10 * i + j) for j, (t, n) in enumerate(zip(types, outs, strict=True))]
+        ref = [_owned(t, n, n_in, seed=10 * i + j) for j, (t, n) in enumerate(zip(types, outs, strict=True))]
+        ops, plain = Ops(2), Ops(2)
+        plain.fuse_projections = False
+        for M in (1, 4, 9):
+            x = np.ascontiguousarray(rows(max(M, 3), n_in, seed=M)[:M])
+            got, want = ops.matmuls(ws, x), plain.matmuls(ref, x)
+            assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)), (outs, M)
+            assert all(g.flags.c_contiguous and g.shape == (M, n) for g, n in zip(got, outs, strict=True))
+            assert np.array_equal(ops.matmul(ws[0], x), want[0])
+        assert (type(ws[0]._fused).__name__ == "Fused") == fusable

@@ -11,6 +11,11 @@ Q8_0) is packed too and its raw copy kept (row gathers and other backends read i
 head costs 71 MB more, and its matmul runs at 3.4x the raw kernel's speed. Other in-memory weights stay raw.
 A row prefix of a packed weight (`Qwen35.head_rows`: a view of the first n rows) uses the packed tensor too.
 
+Weights that take the same x (a layer's q / k / v, gate / up) are packed back to back into one buffer where they
+share a format and every one but the last fills whole row groups (`fused`): one kernel call then computes all of
+them (one activation quantization, one thread hand-off, one longer weight stream), each output row by the very
+kernel it runs alone (bit-identical), and each weight's own packed form is its slice of that buffer.
+
 Packed bytes live in an `Arena` (one per Ops): 64 MiB anonymous mappings asked for transparent huge pages, so that
 the weight stream walks 2 MiB pages, not 4 KiB ones (E2B decode, AVX-512, 2 threads, interleaved in one process:
 0.958x the time at M = 1, 0.952x at M = 4; Qwen 3.5 0.8B Q8_0 0.924x and 0.943x). At most the last huge page of
@@ -21,8 +26,9 @@ from __future__ import annotations
 
 import mmap
 import threading
+from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -31,6 +37,18 @@ if TYPE_CHECKING:
 
 # (raw array the packing was made from, its bytes in the arena, rows, whether those are packed or raw rows copied)
 Packed = tuple[np.ndarray, np.ndarray, int, bool]
+
+class Fused(NamedTuple):
+    """Weights packed back to back: `p` holds `n_rows` rows of `wtype` x `n_in`, weight i's rows from splits[i]."""
+
+    ws: tuple[Linear, ...]
+    p: np.ndarray
+    wtype: int
+    n_in: int
+    n_rows: int
+    splits: tuple[int, ...]
+
+
 RAW_COPY_MIN = 1 << 20  # a mapped weight the build does not pack is copied into the arena from this size on
 
 HUGE_PAGE = 2 << 20
@@ -85,6 +103,44 @@ def matmul(k: ModuleType, w: Linear, x: np.ndarray, out: np.ndarray, threads: in
         k.matmul_packed(p[1], w.wtype, p[2], w.n_in, x, out, threads)
     else:
         k.matmul(p[1], w.wtype, w.n_out, w.n_in, x, out, threads)
+
+
+def fused(k: ModuleType, ws: Sequence[Linear], threads: int, arena: Arena) -> Fused | None:
+    """The one packed buffer of `ws` (made at the first call, kept on ws[0]), or None where they cannot share one:
+    a backend without packing, formats or widths that differ, a format this build does not pack, a weight but the
+    last whose rows do not fill whole groups, one packed alone already, or weights that are not a file's or owned."""
+    f = getattr(ws[0], "_fused", None)
+    if isinstance(f, Fused) and f.ws == tuple(ws):
+        return f
+    if f is False:
+        return None
+    f = _fuse(k, ws, threads, arena)
+    ws[0]._fused = f if f is not None else False
+    return f
+
+
+def _fuse(k: ModuleType, ws: Sequence[Linear], threads: int, arena: Arena) -> Fused | None:
+    pack_rows = getattr(k, "pack_rows", None)
+    w0 = ws[0]
+    if pack_rows is None or len(ws) < 2 or any(w.wtype != w0.wtype or w.n_in != w0.n_in for w in ws):
+        return None
+    R = pack_rows(w0.wtype)
+    if R == 0 or any(w.n_out % R for w in ws[:-1]) or ws[-1].n_out < R:
+        return None
+    maps = [_file_map(w.w) for w in ws]
+    if any(w._packed is not None or (mm is None and not w._owned) for w, mm in zip(ws, maps, strict=True)):
+        return None
+    dst = arena.alloc(sum(w.w.nbytes for w in ws))
+    off, splits = 0, [0]
+    for w, mm in zip(ws, maps, strict=True):
+        part = dst[off : off + w.w.nbytes]
+        k.pack(w.w, w.wtype, w.n_out, w.n_in, part, threads)
+        if mm is not None:
+            _release(mm, w.w)
+        w._packed = (w.w, part, w.n_out, True)
+        off += w.w.nbytes
+        splits.append(splits[-1] + w.n_out)
+    return Fused(tuple(ws), dst, w0.wtype, w0.n_in, splits[-1], tuple(splits))
 
 
 def _packed(k: ModuleType, w: Linear, p: object, threads: int, arena: Arena | None) -> Packed | None:

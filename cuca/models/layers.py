@@ -8,6 +8,7 @@ bit, and rows of several sequences in one pass equal each sequence run alone.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,9 @@ class Linear:
     """A GGUF weight (n_out, n_in) in any supported block format, applied as x @ W.T."""
 
     # _packed: the C backend's row-interleaved copy of w (cuca.kernels.packing), made at the first matmul;
-    # _owned: w was made by this process (requantized), not mapped from a file
-    __slots__ = ("name", "w", "wtype", "n_out", "n_in", "_packed", "_owned")
+    # _owned: w was made by this process (requantized), not mapped from a file;
+    # _fused: the one packed buffer of the weights this one leads in `Ops.matmuls` (packing.Fused; False: none)
+    __slots__ = ("name", "w", "wtype", "n_out", "n_in", "_packed", "_owned", "_fused")
 
     def __init__(self, t: TensorInfo, path: object = ""):
         if t.ggml_type not in SUPPORTED_TYPES or len(t.shape) != 2:
@@ -39,6 +41,7 @@ class Linear:
         self.n_out, self.n_in = t.shape
         self._packed: object = None
         self._owned = False
+        self._fused: object = None
         assert self.w.nbytes == self.n_out * row_bytes(self.wtype, self.n_in)
 
     def __call__(self, ops: Ops, x: np.ndarray) -> np.ndarray:
@@ -62,14 +65,14 @@ class Linear:
         a matmul with it gives those rows' bits of the whole weight's (the kernels compute each row alone)."""
         new = object.__new__(Linear)
         new.name, new.wtype, new.n_out, new.n_in = self.name, self.wtype, int(ids.shape[0]), self.n_in
-        new._packed, new._owned = None, False
+        new._packed, new._owned, new._fused = None, False, None
         new.w = np.take(self.w, ids, axis=0)
         return new
 
     def _requantized(self, wtype: int) -> Linear:
         new = object.__new__(Linear)
         new.name, new.wtype, new.n_out, new.n_in = self.name, wtype, self.n_out, self.n_in
-        new._packed, new._owned = None, True
+        new._packed, new._owned, new._fused = None, True, None
         new.w = np.empty((self.n_out, row_bytes(wtype, self.n_in)), np.uint8)
         quantize = quantize_q8_0 if wtype == Q8_0 else quantize_q4_0
         for r0 in range(0, self.n_out, 8192):  # bounded float32 scratch for 262k-row tables
@@ -161,26 +164,40 @@ class Attention:
             self.bk = _bias(f, prefix + "attn_k.bias", kv_dim)
             self.bv = _bias(f, prefix + "attn_v.bias", kv_dim) if self.attn_v is not None else None
 
-    def query(self, ops: Ops, h: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """h (M, n_embd) -> (roped, normed q (M, n_head, hd), gate (M, n_head * hd) or None)."""
+    def query(self, ops: Ops, h: np.ndarray, positions: np.ndarray,
+              y: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """h (M, n_embd) -> (roped, normed q (M, n_head, hd), gate (M, n_head * hd) or None); y: attn_q's output
+        already computed (projections), else it is computed here."""
         s, m, hd = self.spec, h.shape[0], self.spec.head_dim
+        y = self.attn_q(ops, h) if y is None else y
         gate = None
         if s.gated:
-            qg = _add(self.attn_q(ops, h), self.bq).reshape(m, s.n_head, 2 * hd)
+            qg = _add(y, self.bq).reshape(m, s.n_head, 2 * hd)
             q = ops.rms_norm(qg[:, :, :hd], self.attn_q_norm, s.eps)
             gate = qg[:, :, hd:].reshape(m, -1)
         else:
-            q = _add(self.attn_q(ops, h), self.bq).reshape(m, s.n_head, hd)
+            q = _add(y, self.bq).reshape(m, s.n_head, hd)
             if s.qk_norm:
                 q = ops.rms_norm(q, self.attn_q_norm, s.eps)
         ops.rope(q, positions, self.rope)
         return q, gate
 
-    def keys_values(self, ops: Ops, h: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """h (M, n_embd) -> (roped, normed k, v), each (M, n_head_kv, hd)."""
+    def projections(self, ops: Ops, h: np.ndarray) -> list[np.ndarray]:
+        """attn_q, attn_k (and attn_v) of h in one `Ops.matmuls` call."""
+        ws = [self.attn_q, self.attn_k] + ([self.attn_v] if self.attn_v is not None else [])
+        return ops.matmuls(ws, h)
+
+    def keys_values(self, ops: Ops, h: np.ndarray, positions: np.ndarray,
+                    ys: Sequence[np.ndarray] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """h (M, n_embd) -> (roped, normed k, v), each (M, n_head_kv, hd); ys: attn_k's and attn_v's outputs already
+        computed (projections), else they are computed here."""
         s, m, hd = self.spec, h.shape[0], self.spec.head_dim
-        k = _add(self.attn_k(ops, h), self.bk).reshape(m, s.n_head_kv, hd)
-        v = _add(self.attn_v(ops, h), self.bv).reshape(m, s.n_head_kv, hd) if self.attn_v is not None else k
+        yk = ys[0] if ys else self.attn_k(ops, h)
+        k = _add(yk, self.bk).reshape(m, s.n_head_kv, hd)
+        if self.attn_v is None:
+            v = k
+        else:
+            v = _add(ys[1] if ys else self.attn_v(ops, h), self.bv).reshape(m, s.n_head_kv, hd)
         if s.v_norm:
             v = ops.rms_norm(v, None, s.eps)
         if s.qk_norm:
@@ -192,8 +209,12 @@ class Attention:
 
     def __call__(self, ops: Ops, h: np.ndarray, batch: Batch) -> np.ndarray:
         """The sub-block's output (M, n_embd) for the rows of `batch` (every sequence attends its own cache)."""
-        q, gate = self.query(ops, h, batch.positions)
-        k, v = self.keys_values(ops, h, batch.positions) if self.owns_kv else (None, None)
+        if self.owns_kv:
+            ys = self.projections(ops, h)
+            q, gate = self.query(ops, h, batch.positions, ys[0])
+            k, v = self.keys_values(ops, h, batch.positions, ys[1:])
+        else:
+            (q, gate), k, v = self.query(ops, h, batch.positions), None, None
         parts = []
         for sq in batch.seqs:
             r = sq.rows
@@ -237,8 +258,8 @@ class GatedMLP:
         self.ffn_down = linear(f, prefix + "ffn_down.weight", n_embd, n_ff)
 
     def __call__(self, ops: Ops, h: np.ndarray) -> np.ndarray:
-        g = self.ffn_gate(ops, h)
-        ops.act_mul(self.act, g, self.ffn_up(ops, h), g)
+        g, u = ops.matmuls([self.ffn_gate, self.ffn_up], h)
+        ops.act_mul(self.act, g, u, g)
         return self.ffn_down(ops, g)
 
 
