@@ -338,11 +338,13 @@ def test_matmuls_fused_equal_separate(wtype: int) -> None:
     assert C is not None
     R, n_in = C.pack_rows(wtype), N_IN[wtype]
     other = Q.Q8_0 if wtype != Q.Q8_0 else Q.Q4_0
-    cases = [((2 * R, R, R + 3), True), ((R + 1, R), R == 1), ((R, R), True)]  # R == 1: rows packed in place
+    # (rows, formats, the run that shares a buffer); R == 1: rows packed in place
+    cases = [((2 * R, R, R + 3), None, 3), ((R + 1, R), None, 2 if R == 1 else 0), ((R, R), None, 2),
+             ((R, R + 1, R), None, 3 if R == 1 else 2)]
     if N_IN[other] == n_in:
-        cases.append(((R, R), False))
-    for i, (outs, fusable) in enumerate(cases):
-        types = [wtype] * len(outs) if i < 3 else [wtype, other]
+        cases += [((R, R), (wtype, other), 0), ((R, 2 * R, R), (wtype, wtype, other), 2)]
+    for i, (outs, fmts, run) in enumerate(cases):
+        types = fmts or [wtype] * len(outs)
         ws = [_owned(t, n, n_in, seed=10 * i + j) for j, (t, n) in enumerate(zip(types, outs, strict=True))]
         ref = [_owned(t, n, n_in, seed=10 * i + j) for j, (t, n) in enumerate(zip(types, outs, strict=True))]
         ops, plain = Ops(2), Ops(2)
@@ -353,4 +355,4 @@ def test_matmuls_fused_equal_separate(wtype: int) -> None:
             assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)), (outs, M)
             assert all(g.flags.c_contiguous and g.shape == (M, n) for g, n in zip(got, outs, strict=True))
             assert np.array_equal(ops.matmul(ws[0], x), want[0])
-        assert (type(ws[0]._fused).__name__ == "Fused") == fusable
+        assert (len(ws[0]._fused.ws) if type(ws[0]._fused).__name__ == "Fused" else 0) == run, outs

@@ -12,9 +12,10 @@ head costs 71 MB more, and its matmul runs at 3.4x the raw kernel's speed. Other
 A row prefix of a packed weight (`Qwen35.head_rows`: a view of the first n rows) uses the packed tensor too.
 
 Weights that take the same x (a layer's q / k / v, gate / up) are packed back to back into one buffer where they
-share a format and every one but the last fills whole row groups (`fused`): one kernel call then computes all of
-them (one activation quantization, one thread hand-off, one longer weight stream), each output row by the very
-kernel it runs alone (bit-identical), and each weight's own packed form is its slice of that buffer.
+share a format and every one but the last fills whole row groups (`fused`; else the longest such run from the
+first, as q / k where v has another format): one kernel call then computes all of them (one activation
+quantization, one thread hand-off, one longer weight stream), each output row by the very kernel it runs alone
+(bit-identical), and each weight's own packed form is its slice of that buffer.
 
 Packed bytes live in an `Arena` (one per Ops): 64 MiB anonymous mappings asked for transparent huge pages, so that
 the weight stream walks 2 MiB pages, not 4 KiB ones (E2B decode, AVX-512, 2 threads, interleaved in one process:
@@ -106,11 +107,12 @@ def matmul(k: ModuleType, w: Linear, x: np.ndarray, out: np.ndarray, threads: in
 
 
 def fused(k: ModuleType, ws: Sequence[Linear], threads: int, arena: Arena) -> Fused | None:
-    """The one packed buffer of `ws` (made at the first call, kept on ws[0]), or None where they cannot share one:
-    a backend without packing, formats or widths that differ, a format this build does not pack, a weight but the
-    last whose rows do not fill whole groups, one packed alone already, or weights that are not a file's or owned."""
+    """The one packed buffer of the longest run ws[:n] (n >= 2) that can share one (made at the first call, kept on
+    ws[0]; Fused.ws says which), or None: a backend without packing, a second weight of another format or width, a
+    format this build does not pack, a first weight whose rows do not fill whole groups, a weight packed alone
+    already, or weights that are not a file's or owned."""
     f = getattr(ws[0], "_fused", None)
-    if isinstance(f, Fused) and f.ws == tuple(ws):
+    if isinstance(f, Fused) and f.ws == tuple(ws[: len(f.ws)]):
         return f
     if f is False:
         return None
@@ -122,17 +124,21 @@ def fused(k: ModuleType, ws: Sequence[Linear], threads: int, arena: Arena) -> Fu
 def _fuse(k: ModuleType, ws: Sequence[Linear], threads: int, arena: Arena) -> Fused | None:
     pack_rows = getattr(k, "pack_rows", None)
     w0 = ws[0]
-    if pack_rows is None or len(ws) < 2 or any(w.wtype != w0.wtype or w.n_in != w0.n_in for w in ws):
+    R = pack_rows(w0.wtype) if pack_rows is not None else 0
+    if R == 0:
         return None
-    R = pack_rows(w0.wtype)
-    if R == 0 or any(w.n_out % R for w in ws[:-1]) or ws[-1].n_out < R:
+    n = 1  # the run: one format and width, every weight but its last filling whole row groups
+    while n < len(ws) and ws[n].wtype == w0.wtype and ws[n].n_in == w0.n_in and ws[n - 1].n_out % R == 0:
+        n += 1
+    run = ws[:n]
+    if n < 2 or run[-1].n_out < R:
         return None
-    maps = [_file_map(w.w) for w in ws]
-    if any(w._packed is not None or (mm is None and not w._owned) for w, mm in zip(ws, maps, strict=True)):
+    maps = [_file_map(w.w) for w in run]
+    if any(w._packed is not None or (mm is None and not w._owned) for w, mm in zip(run, maps, strict=True)):
         return None
-    dst = arena.alloc(sum(w.w.nbytes for w in ws))
+    dst = arena.alloc(sum(w.w.nbytes for w in run))
     off, splits = 0, [0]
-    for w, mm in zip(ws, maps, strict=True):
+    for w, mm in zip(run, maps, strict=True):
         part = dst[off : off + w.w.nbytes]
         k.pack(w.w, w.wtype, w.n_out, w.n_in, part, threads)
         if mm is not None:
@@ -140,7 +146,7 @@ def _fuse(k: ModuleType, ws: Sequence[Linear], threads: int, arena: Arena) -> Fu
         w._packed = (w.w, part, w.n_out, True)
         off += w.w.nbytes
         splits.append(splits[-1] + w.n_out)
-    return Fused(tuple(ws), dst, w0.wtype, w0.n_in, splits[-1], tuple(splits))
+    return Fused(tuple(run), dst, w0.wtype, w0.n_in, splits[-1], tuple(splits))
 
 
 def _packed(k: ModuleType, w: Linear, p: object, threads: int, arena: Arena | None) -> Packed | None:

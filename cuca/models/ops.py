@@ -130,15 +130,17 @@ class Ops:
 
     def matmuls(self, ws: Sequence[Linear], x: np.ndarray) -> list[np.ndarray]:
         """x (M, n_in) @ W.T for weights that take the same x -> one (M, n_out) array each, contiguous. Where
-        `fuse_projections` is on and the C backend packs them into one buffer (packing.fused), one kernel call
-        computes them all, bit for bit what separate calls give; else one matmul each."""
+        `fuse_projections` is on and the C backend packs them (or a run of them from the first) into one buffer
+        (packing.fused), one kernel call computes those, bit for bit what separate calls give; the rest one
+        matmul each."""
         f = (packing.fused(self.k, ws, self.threads, self.arena)
              if self.fuse_projections and type(self).matmul is Ops.matmul else None)
         if f is None:
             return [self.matmul(w, x) for w in ws]
         out = np.empty((x.shape[0], f.n_rows), np.float32)
         self.k.matmul_packed(f.p, f.wtype, f.n_rows, f.n_in, x, out, self.threads)
-        return [np.ascontiguousarray(out[:, a:b]) for a, b in zip(f.splits[:-1], f.splits[1:], strict=True)]
+        ys = [np.ascontiguousarray(out[:, a:b]) for a, b in zip(f.splits[:-1], f.splits[1:], strict=True)]
+        return ys + [self.matmul(w, x) for w in ws[len(f.ws) :]]  # the weights after the run that shares a buffer
 
     def get_rows(self, w: Linear, ids: np.ndarray) -> np.ndarray:
         """Embedding lookup: dequantized rows `ids` (M,) -> (M, n_in)."""
