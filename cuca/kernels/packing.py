@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 # (raw array the packing was made from, its bytes in the arena, rows, whether those are packed or raw rows copied)
 Packed = tuple[np.ndarray, np.ndarray, int, bool]
 
+
 class Fused(NamedTuple):
     """Weights packed back to back: `p` holds `n_rows` rows of `wtype` x `n_in`, weight i's rows from splits[i]."""
 

@@ -70,8 +70,9 @@ class Ops:
     deltanet_chunk_min: int | None = None
     # a layer's q / k / v and gate / up run as one matmul where the backend packs them into one buffer (`matmuls`):
     # SmolLM2-135M whole passes 0.935-0.973x / 0.961-0.971x the time at M = 1 / 4 (AVX-512; AVX2 build 0.95-0.98x /
-    # 0.947x), Gemma 3 270M 0.99x / 1.00x (gate / up only: its q, k, v differ in format), E2B on par (Zen 4, 2
-    # threads, on and off alternated in one process, the same logits)
+    # 0.947x), Gemma 3 270M 0.993-0.994x / 1.004-1.009x (q / k and gate / up: v differs in format on some layers;
+    # at M > 1 the outputs are copied apart), E2B on par (Zen 4, 2 threads, on / off alternated in one process, the
+    # same logits)
     fuse_projections = True
 
     def __init__(self, threads: int = 0, impl: ModuleType | None = None):
