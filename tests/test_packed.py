@@ -356,3 +356,27 @@ def test_matmuls_fused_equal_separate(wtype: int) -> None:
             assert all(g.flags.c_contiguous and g.shape == (M, n) for g, n in zip(got, outs, strict=True))
             assert np.array_equal(ops.matmul(ws[0], x), want[0])
         assert (len(ws[0]._fused.ws) if type(ws[0]._fused).__name__ == "Fused" else 0) == run, outs
+
+
+@needs_packed
+def test_matmul_packed_split_checks_its_outputs() -> None:
+    """matmul_packed_split names what is wrong: a boundary inside a row group, outputs that overlap, more rows than
+    the tensor has, a row count that differs from x's."""
+    assert C is not None
+    wtype = PACKED[0]
+    R, n_in = C.pack_rows(wtype), N_IN[wtype]
+    p = packed(random_weight(wtype, 3 * R, n_in).reshape(3 * R, -1), wtype, n_in)
+    x = rows(3, n_in, seed=1)
+    C.matmul_packed_split(p, wtype, 3 * R, n_in, x, (np.empty((3, R), np.float32), np.empty((3, 2 * R), np.float32)))
+    if R > 1:
+        with pytest.raises(ValueError, match="not a multiple"):
+            C.matmul_packed_split(p, wtype, 3 * R, n_in, x, (np.empty((3, R + 1), np.float32),
+                                                             np.empty((3, R), np.float32)))
+    big = np.empty((3, 2 * R), np.float32)
+    with pytest.raises(ValueError, match="overlaps"):
+        C.matmul_packed_split(p, wtype, 3 * R, n_in, x, (big[:, :R].copy(), big, big))
+    with pytest.raises(ValueError, match="more than n_rows"):
+        C.matmul_packed_split(p, wtype, 3 * R, n_in, x, (np.empty((3, 2 * R), np.float32),
+                                                         np.empty((3, 2 * R), np.float32)))
+    with pytest.raises(ValueError, match="shape"):
+        C.matmul_packed_split(p, wtype, 3 * R, n_in, x, (np.empty((2, R), np.float32),))

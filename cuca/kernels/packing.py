@@ -41,14 +41,13 @@ Packed = tuple[np.ndarray, np.ndarray, int, bool]
 
 
 class Fused(NamedTuple):
-    """Weights packed back to back: `p` holds `n_rows` rows of `wtype` x `n_in`, weight i's rows from splits[i]."""
+    """Weights packed back to back: `p` holds the `n_rows` rows of ws (format `wtype`, `n_in` wide), in their order."""
 
     ws: tuple[Linear, ...]
     p: np.ndarray
     wtype: int
     n_in: int
     n_rows: int
-    splits: tuple[int, ...]
 
 
 RAW_COPY_MIN = 1 << 20  # a mapped weight the build does not pack is copied into the arena from this size on
@@ -138,7 +137,7 @@ def _fuse(k: ModuleType, ws: Sequence[Linear], threads: int, arena: Arena) -> Fu
     if any(w._packed is not None or (mm is None and not w._owned) for w, mm in zip(run, maps, strict=True)):
         return None
     dst = arena.alloc(sum(w.w.nbytes for w in run))
-    off, splits = 0, [0]
+    off = 0
     for w, mm in zip(run, maps, strict=True):
         part = dst[off : off + w.w.nbytes]
         k.pack(w.w, w.wtype, w.n_out, w.n_in, part, threads)
@@ -146,8 +145,7 @@ def _fuse(k: ModuleType, ws: Sequence[Linear], threads: int, arena: Arena) -> Fu
             _release(mm, w.w)
         w._packed = (w.w, part, w.n_out, True)
         off += w.w.nbytes
-        splits.append(splits[-1] + w.n_out)
-    return Fused(tuple(run), dst, w0.wtype, w0.n_in, splits[-1], tuple(splits))
+    return Fused(tuple(run), dst, w0.wtype, w0.n_in, sum(w.n_out for w in run))
 
 
 def _packed(k: ModuleType, w: Linear, p: object, threads: int, arena: Arena | None) -> Packed | None:

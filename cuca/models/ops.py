@@ -69,10 +69,9 @@ class Ops:
     # token-by-token run does, wherever a batch starts
     deltanet_chunk_min: int | None = None
     # a layer's q / k / v and gate / up run as one matmul where the backend packs them into one buffer (`matmuls`):
-    # SmolLM2-135M whole passes 0.935-0.973x / 0.961-0.971x the time at M = 1 / 4 (AVX-512; AVX2 build 0.95-0.98x /
-    # 0.947x), Gemma 3 270M 0.993-0.994x / 1.004-1.009x (q / k and gate / up: v differs in format on some layers;
-    # at M > 1 the outputs are copied apart), E2B on par (Zen 4, 2 threads, on / off alternated in one process, the
-    # same logits)
+    # SmolLM2-135M whole passes 0.964-0.976x / 0.907-0.947x the time at M = 1 / 4 (AVX-512), Gemma 3 270M 0.985-1.003x
+    # / 0.982-1.011x (q / k and gate / up: v differs in format on some layers), E2B 0.976x / 0.989x (Zen 4, 2
+    # threads, on / off alternated in one process, the same logits)
     fuse_projections = True
 
     def __init__(self, threads: int = 0, impl: ModuleType | None = None):
@@ -138,9 +137,8 @@ class Ops:
              if self.fuse_projections and type(self).matmul is Ops.matmul else None)
         if f is None:
             return [self.matmul(w, x) for w in ws]
-        out = np.empty((x.shape[0], f.n_rows), np.float32)
-        self.k.matmul_packed(f.p, f.wtype, f.n_rows, f.n_in, x, out, self.threads)
-        ys = [np.ascontiguousarray(out[:, a:b]) for a, b in zip(f.splits[:-1], f.splits[1:], strict=True)]
+        ys = [np.empty((x.shape[0], w.n_out), np.float32) for w in f.ws]
+        self.k.matmul_packed_split(f.p, f.wtype, f.n_rows, f.n_in, x, tuple(ys), self.threads)
         return ys + [self.matmul(w, x) for w in ws[len(f.ws) :]]  # the weights after the run that shares a buffer
 
     def get_rows(self, w: Linear, ids: np.ndarray) -> np.ndarray:

@@ -160,6 +160,7 @@ typedef struct {
     cuca_pk_fn pfn;
     int R, ptile;
     int64_t ngrp, n_full, n_tail, nb; /* nb: blocks per weight row */
+    const cuca_out_split *split;      /* NULL: one output, out (M, n_out) */
 } mm_job;
 
 /* item u: values [lo, hi) blocks of activation row u / nch, in chunks of 512 values (one row is shared out too) */
@@ -234,16 +235,30 @@ int cuca_matmul_gguf_f32(const void *w, int wtype, int64_t n_out, int64_t n_in, 
     return CUCA_OK;
 }
 
+/* where output row m0, weight row n (of a group or the raw tail: all in one output) goes, and that output's width */
+static float *mm_out(const mm_job *J, int64_t n, int64_t m0, int64_t *ldo) {
+    const cuca_out_split *S = J->split;
+    if (!S) {
+        *ldo = J->n_out;
+        return J->out + m0 * J->n_out + n;
+    }
+    int i = 0;
+    while (i + 1 < S->n && S->lo[i + 1] <= n) i++;
+    *ldo = S->lo[i + 1] - S->lo[i];
+    return S->out[i] + m0 * *ldo + (n - S->lo[i]);
+}
+
 /* item u < ngrp: packed group u for every x row, tile by tile; u == ngrp: the raw rows after the full groups */
 static void mm_group_item(void *ctx, int64_t u, int tid) {
     const mm_job *J = (const mm_job *)ctx;
     (void)tid;
     const int64_t nb = J->nb;
+    int64_t ldo;
     if (u == J->ngrp) {
         for (int64_t m0 = 0; m0 < J->M; m0 += J->tile) {
             const int nr = J->M - m0 < J->tile ? (int)(J->M - m0) : J->tile;
-            J->fn(J->w + (size_t)J->n_full * J->rb, J->rb, (int)J->n_tail, J->A, m0, nr,
-                  J->out + m0 * J->n_out + J->n_full, J->n_out);
+            float *o = mm_out(J, J->n_full, m0, &ldo);
+            J->fn(J->w + (size_t)J->n_full * J->rb, J->rb, (int)J->n_tail, J->A, m0, nr, o, ldo);
         }
         return;
     }
@@ -251,38 +266,69 @@ static void mm_group_item(void *ctx, int64_t u, int tid) {
     const int nv = J->n_out - n_lo < J->R ? (int)(J->n_out - n_lo) : J->R;
     for (int64_t m0 = 0; m0 < J->M; m0 += J->ptile) {
         const int nr = J->M - m0 < J->ptile ? (int)(J->M - m0) : J->ptile;
-        J->pfn(J->w + (size_t)n_lo * J->rb, nb, J->A, m0, nr, J->out + m0 * J->n_out + n_lo, J->n_out, nv);
+        float *o = mm_out(J, n_lo, m0, &ldo);
+        J->pfn(J->w + (size_t)n_lo * J->rb, nb, J->A, m0, nr, o, ldo, nv);
     }
+}
+
+/* J (zeroed, x / M / out or split set) for the first n_out rows of a packed n_rows x n_in tensor p of format wtype */
+static int mm_packed_job(mm_job *J, const void *p, int wtype, int64_t n_rows, int64_t n_in, int64_t n_out) {
+    int bs, bytes;
+    if (!cuca_type_block(wtype, &bs, &bytes)) return CUCA_EUNSUPPORTED;
+    if (n_rows <= 0 || n_out <= 0 || n_out > n_rows || n_in <= 0 || n_in % bs || J->M <= 0) return CUCA_EINVAL;
+    J->R = cuca_pack_rows(wtype);
+    if (J->R == 0 || cuca_tile_p(wtype, &J->pfn, &J->fn, &J->ptile) != CUCA_OK) return CUCA_EUNSUPPORTED;
+    J->tile = J->ptile;
+    J->nb = n_in / bs;
+    J->rb = (size_t)J->nb * (size_t)bytes;
+    J->n_full = n_rows / J->R * J->R;
+    J->ngrp = ((n_out < J->n_full ? n_out : J->n_full) + J->R - 1) / J->R;
+    J->n_tail = n_out > J->n_full ? n_out - J->n_full : 0;
+    J->w = (const uint8_t *)p;
+    J->n_out = n_out;
+    J->n_in = n_in;
+    return CUCA_OK;
+}
+
+static int mm_packed_run(mm_job *J, int wtype, int n_threads);
+
+int cuca_matmul_packed_split_f32(const void *p, int wtype, int64_t n_rows, int64_t n_in, const float *x, int64_t M,
+                                 const cuca_out_split *S, int n_threads) {
+    mm_job J;
+    memset(&J, 0, sizeof(J));
+    if (!S || S->n < 1 || S->lo[0] != 0 || n_threads < 0) return CUCA_EINVAL;
+    J.x = x;
+    J.M = M;
+    J.split = S;
+    int rc = mm_packed_job(&J, p, wtype, n_rows, n_in, S->lo[S->n]);
+    if (rc != CUCA_OK) return rc;
+    for (int i = 0; i < S->n; i++)
+        if (!S->out[i] || S->lo[i + 1] <= S->lo[i] || (i > 0 && S->lo[i] % J.R)) return CUCA_EINVAL;
+    return mm_packed_run(&J, wtype, n_threads);
 }
 
 int cuca_matmul_packed_f32(const void *p, int wtype, int64_t n_rows, int64_t n_in, int64_t n_out, const float *x,
                            int64_t M, float *out, int n_threads) {
-    cuca_act A;
-    int bs, bytes, nt, rc;
     mm_job J;
     memset(&J, 0, sizeof(J));
-    if (!cuca_type_block(wtype, &bs, &bytes)) return CUCA_EUNSUPPORTED;
-    if (n_rows <= 0 || n_out <= 0 || n_out > n_rows || n_in <= 0 || n_in % bs || M <= 0 || n_threads < 0)
-        return CUCA_EINVAL;
-    J.R = cuca_pack_rows(wtype);
-    if (J.R == 0 || cuca_tile_p(wtype, &J.pfn, &J.fn, &J.ptile) != CUCA_OK) return CUCA_EUNSUPPORTED;
-    J.tile = J.ptile;
-    J.nb = n_in / bs;
-    J.rb = (size_t)J.nb * (size_t)bytes;
-    J.n_full = n_rows / J.R * J.R;
-    J.ngrp = ((n_out < J.n_full ? n_out : J.n_full) + J.R - 1) / J.R;
-    J.n_tail = n_out > J.n_full ? n_out - J.n_full : 0;
-    J.A = &A;
+    if (n_threads < 0) return CUCA_EINVAL;
     J.x = x;
-    J.w = (const uint8_t *)p;
-    J.out = out;
-    J.n_out = n_out;
-    J.n_in = n_in;
     J.M = M;
-    const int64_t items = J.ngrp + (J.n_tail > 0);
-    nt = mm_threads(n_threads, (double)n_out * (double)J.rb * (double)((M + J.ptile - 1) / J.ptile) + (double)M * n_in);
-    if ((rc = mm_quantize_all(&J, wtype, nt)) != CUCA_OK) return rc;
-    cuca_pool_run(nt, items, mm_chunk((size_t)J.R * J.rb, items, nt), mm_group_item, &J);
+    J.out = out;
+    int rc = mm_packed_job(&J, p, wtype, n_rows, n_in, n_out);
+    return rc != CUCA_OK ? rc : mm_packed_run(&J, wtype, n_threads);
+}
+
+/* the activations quantized, then the groups (and the raw tail) over the pool */
+static int mm_packed_run(mm_job *J, int wtype, int n_threads) {
+    cuca_act A;
+    int nt, rc;
+    J->A = &A;
+    const int64_t items = J->ngrp + (J->n_tail > 0);
+    nt = mm_threads(n_threads, (double)J->n_out * (double)J->rb * (double)((J->M + J->ptile - 1) / J->ptile) +
+                                   (double)J->M * J->n_in);
+    if ((rc = mm_quantize_all(J, wtype, nt)) != CUCA_OK) return rc;
+    cuca_pool_run(nt, items, mm_chunk((size_t)J->R * J->rb, items, nt), mm_group_item, J);
     cuca_act_free(&A);
     return CUCA_OK;
 }

@@ -141,6 +141,15 @@ int cuca_tile_p(int wtype, cuca_pk_fn *packed, cuca_tile_fn *raw, int *tile);
 /* matmul.c: out[M, n_out] = x . W^T for the first n_out <= n_rows rows of a packed n_rows x n_in tensor p */
 int cuca_matmul_packed_f32(const void *p, int wtype, int64_t n_rows, int64_t n_in, int64_t n_out, const float *x,
                            int64_t M, float *out, int n_threads);
+/* the output of a packed matmul split by weight rows: rows [lo[i], lo[i+1]) into out[i], (M, lo[i+1] - lo[i]) row-major;
+ * lo[0] = 0, lo[n] = n_out, every lo[i] < n_out a multiple of the packing's rows (no group straddles two outputs) */
+typedef struct {
+    int n;
+    float *const *out;
+    const int64_t *lo;
+} cuca_out_split;
+int cuca_matmul_packed_split_f32(const void *p, int wtype, int64_t n_rows, int64_t n_in, const float *x, int64_t M,
+                                 const cuca_out_split *S, int n_threads);
 
 /* dequant.c: one row of n_in values; integer codes of one block (code offsets applied) */
 int cuca_dequant_row(const uint8_t *w, int wtype, int64_t n_in, float *out);
