@@ -266,10 +266,10 @@ class Model(Decoder):
 
     def _gdn(self, b: GDNBlock, li: int, h: np.ndarray, batch: Batch, chunked: list[bool]) -> np.ndarray:
         c, ops, n = self.c, self.ops, h.shape[0]
-        mixed = b.attn_qkv(ops, h)  # (n, conv_dim): q | k | v, before the conv
-        z = b.attn_gate(ops, h)
-        beta = ops.sigmoid(b.ssm_beta(ops, h))
-        g = ops.decay(b.ssm_alpha(ops, h), b.ssm_a, b.ssm_dt)
+        # mixed (n, conv_dim): q | k | v, before the conv; the four projections of h in one call where they can
+        mixed, z, yb, ya = ops.matmuls([b.attn_qkv, b.attn_gate, b.ssm_beta, b.ssm_alpha], h)
+        beta = ops.sigmoid(yb)
+        g = ops.decay(ya, b.ssm_a, b.ssm_dt)
         kd, ds = c.key_dim, c.d_state
         scale = 1.0 / math.sqrt(ds)
         parts = []
