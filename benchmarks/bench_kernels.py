@@ -74,7 +74,7 @@ def bench(wtype: int, n_out: int, n_in: int, reps: int, threads: int, cold_mb: f
         w = p
     copies = max(1, int(np.ceil(cold_mb * 2**20 / w.nbytes))) if cold_mb > 0 else 1
     arena = packing.Arena()
-    ws = [w] + [_in_arena(arena, w) for _ in range(copies - 1)]
+    ws = [_in_arena(arena, w) for _ in range(copies)] if copies > 1 else [w]
     rng = np.random.default_rng(0)
     xs = {M: rng.standard_normal((M, n_in), dtype=np.float32) for M in MS}
     outs = {M: np.empty((M, n_out), np.float32) for M in MS}

@@ -139,11 +139,7 @@ def _fuse(k: ModuleType, ws: Sequence[Linear], threads: int, arena: Arena) -> Fu
     dst = arena.alloc(sum(w.w.nbytes for w in run))
     off = 0
     for w, mm in zip(run, maps, strict=True):
-        part = dst[off : off + w.w.nbytes]
-        k.pack(w.w, w.wtype, w.n_out, w.n_in, part, threads)
-        if mm is not None:
-            _release(mm, w.w)
-        w._packed = (w.w, part, w.n_out, True)
+        w._packed = _pack_into(k, w, mm, dst[off : off + w.w.nbytes], threads)
         off += w.w.nbytes
     return Fused(tuple(run), dst, w0.wtype, w0.n_in, sum(w.n_out for w in run))
 
@@ -187,7 +183,12 @@ def _pack(k: ModuleType, w: Linear, threads: int, arena: Arena | None) -> Packed
         buf = np.empty(w.w.nbytes + 64, np.uint8)
         off = -buf.ctypes.data % 64  # whole cache lines per vector load
         dst = buf[off : off + w.w.nbytes]
-    k.pack(w.w, w.wtype, w.n_out, w.n_in, dst, threads)  # on the matmul's threads
+    return _pack_into(k, w, mm, dst, threads)
+
+
+def _pack_into(k: ModuleType, w: Linear, mm: mmap.mmap | None, dst: np.ndarray, threads: int) -> Packed:
+    """w packed into dst (on the matmul's threads), its file mapping (mm, if any) released."""
+    k.pack(w.w, w.wtype, w.n_out, w.n_in, dst, threads)
     if mm is not None:
         _release(mm, w.w)
     return (w.w, dst, w.n_out, True)

@@ -20,10 +20,6 @@ static inline float hsum512(__m512 v) {
     return _mm_cvtss_f32(b);
 }
 
-static inline __attribute__((always_inline)) __m512 f_load(const uint8_t *w, int64_t k, __mmask16 m) {
-    return _mm512_maskz_loadu_ps(m, (const float *)w + k);
-}
-
 /* F32 (F16 / BF16 run matmul_pf.c's packed tiles: cuca_tile_q hands them out): one weight row against x rows
  * m0 .. m0+nr-1, out[r * ldo]. Per (weight row, x row) one float sequence whatever nr: two accumulators (values 32j
  * .. 32j+15 and 32j+16 .. 32j+31), the masked tail, one horizontal sum. */
@@ -40,7 +36,7 @@ static inline __attribute__((always_inline)) void f_row(const int wt, const uint
         cuca_prefetch(w + k * 4, 128);
         #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            const __m512 wv = f_load(w, k + 16 * h, 0xFFFF);
+            const __m512 wv = _mm512_loadu_ps((const float *)w + k + 16 * h);
             #pragma GCC unroll 8
             for (int r = 0; r < nr; r++) acc[h][r] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + r * n + k + 16 * h), acc[h][r]);
         }
@@ -52,7 +48,7 @@ static inline __attribute__((always_inline)) void f_row(const int wt, const uint
         #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             if (h && rem <= 16) break;
-            const __m512 wv = f_load(w, k + 16 * h, mm[h]);
+            const __m512 wv = _mm512_maskz_loadu_ps(mm[h], (const float *)w + k + 16 * h);
             #pragma GCC unroll 8
             for (int r = 0; r < nr; r++)
                 acc[h][r] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mm[h], x + r * n + k + 16 * h), acc[h][r]);
@@ -290,7 +286,19 @@ static int mm_packed_job(mm_job *J, const void *p, int wtype, int64_t n_rows, in
     return CUCA_OK;
 }
 
-static int mm_packed_run(mm_job *J, int wtype, int n_threads);
+/* the activations quantized, then the groups (and the raw tail) over the pool */
+static int mm_packed_run(mm_job *J, int wtype, int n_threads) {
+    cuca_act A;
+    int nt, rc;
+    J->A = &A;
+    const int64_t items = J->ngrp + (J->n_tail > 0);
+    nt = mm_threads(n_threads, (double)J->n_out * (double)J->rb * (double)((J->M + J->ptile - 1) / J->ptile) +
+                                   (double)J->M * J->n_in);
+    if ((rc = mm_quantize_all(J, wtype, nt)) != CUCA_OK) return rc;
+    cuca_pool_run(nt, items, mm_chunk((size_t)J->R * J->rb, items, nt), mm_group_item, J);
+    cuca_act_free(&A);
+    return CUCA_OK;
+}
 
 int cuca_matmul_packed_split_f32(const void *p, int wtype, int64_t n_rows, int64_t n_in, const float *x, int64_t M,
                                  const cuca_out_split *S, int n_threads) {
@@ -319,16 +327,3 @@ int cuca_matmul_packed_f32(const void *p, int wtype, int64_t n_rows, int64_t n_i
     return rc != CUCA_OK ? rc : mm_packed_run(&J, wtype, n_threads);
 }
 
-/* the activations quantized, then the groups (and the raw tail) over the pool */
-static int mm_packed_run(mm_job *J, int wtype, int n_threads) {
-    cuca_act A;
-    int nt, rc;
-    J->A = &A;
-    const int64_t items = J->ngrp + (J->n_tail > 0);
-    nt = mm_threads(n_threads, (double)J->n_out * (double)J->rb * (double)((J->M + J->ptile - 1) / J->ptile) +
-                                   (double)J->M * J->n_in);
-    if ((rc = mm_quantize_all(J, wtype, nt)) != CUCA_OK) return rc;
-    cuca_pool_run(nt, items, mm_chunk((size_t)J->R * J->rb, items, nt), mm_group_item, J);
-    cuca_act_free(&A);
-    return CUCA_OK;
-}
