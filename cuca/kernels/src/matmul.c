@@ -190,16 +190,18 @@ static int mm_quantize_all(mm_job *J, int wtype, int nt) {
     return CUCA_OK;
 }
 
-/* Items per claim. A matrix of 1 MiB or more: claims of about 256 KiB of weights (at least 4 per thread), so each
- * thread streams long runs and a thread on a busy core holds up little; 64 KiB claims (the threads taking turns
- * every few microseconds) cost 1.06-1.19x the time of whole E2B / Qwen 3.5 decode steps and 1.16x E2B M = 4 passes
- * (AVX-512, 2 threads, interleaved in one process, same tokens; 1 MiB on par with 256 KiB). A smaller one: one
- * claim per thread, as each claim starts a stream the prefetchers must pick up again (SmolLM2 decode, every matrix
- * under 0.6 MB, 1.166x the speed of 8 claims; Qwen 3.5 1.024x, Gemma 3 1.009x; AVX-512, 2 threads, builds swapped
- * in one process, 8-12 pairs); a thread descheduled mid-claim holds up so short a pass either way. */
+/* Items per claim. A matrix of 1 MiB or more: claims of about 1 MiB of weights (at least 4 per thread), so each
+ * thread streams long runs (each claim starts a stream the prefetchers must pick up again) and a thread on a busy
+ * core holds up little. 1 MiB vs 256 KiB claims, single decode steps alternated in one process (AVX-512, 2 threads,
+ * huge-page arena): E2B 0.917 / 0.947x the time where memory ran fast (36-39 ms steps), 0.994x where slow (49 ms);
+ * Qwen 3.5 0.8B 0.947x fast (22-23 ms), 0.994x slow; 4 MiB on par with 1 MiB; E2B passes 0.962 / 0.983 / 0.972x at
+ * M = 1 / 4 / 8 (AVX2 build 0.998 / 0.967x). 64 KiB claims cost 1.07-1.12x the time of 256 KiB ones. A smaller
+ * matrix: one claim per thread (SmolLM2 decode, every matrix under 0.6 MB, 1.166x the speed of 8 claims; Qwen 3.5
+ * 1.024x, Gemma 3 1.009x; AVX-512, 2 threads, builds swapped in one process, 8-12 pairs); a thread descheduled
+ * mid-claim holds up so short a pass either way. */
 static int64_t mm_chunk(size_t item_bytes, int64_t items, int nt) {
     if ((double)item_bytes * (double)items < 1048576.0) return (items + nt - 1) / nt;
-    int64_t chunk = (int64_t)(262144 / (item_bytes + 1));
+    int64_t chunk = (int64_t)(1048576 / (item_bytes + 1));
     if (chunk < 1) chunk = 1;
     if (chunk > items / (nt * 4)) chunk = items / (nt * 4) > 1 ? items / (nt * 4) : 1;
     return chunk;
