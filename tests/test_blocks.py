@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import synth_qwen35  # noqa: E402
 
 # kernel -> index of its n_threads argument (get_rows has none)
-THREADS_AT = {"matmul": 6, "attention": 9, "rms_norm": 4, "add_rms_norm": 5, "rope": 7, "silu_mul": 3,
+THREADS_AT = {"matmul": 6, "attention": 9, "rms_norm": 4, "residual_norm": 7, "rope": 7, "silu_mul": 3,
               "gelu_mul": 3, "deltanet": 10, "deltanet_deferred": 13, "causal_conv": 5, "sigmoid": 2, "decay": 4,
               "softcap": 2}
 

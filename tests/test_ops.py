@@ -1,4 +1,4 @@
-"""rms_norm, add_rms_norm, rope, silu_mul, gelu_mul, softcap: C against the numpy twins and float64 formulas, row
+"""rms_norm, residual_norm, rope, silu_mul, gelu_mul, softcap: C against the numpy twins and float64 formulas, row
 invariance (a row's result does not depend on the batch or the threads), aliasing, argument checks."""
 
 from __future__ import annotations
@@ -78,18 +78,31 @@ def test_rms_norm_mirrors_ggml_rounding():
     assert np.max(np.abs(out - expect) / np.abs(expect)) < 3e-7  # only the order of the double sum differs
 
 
-def test_add_rms_norm(impl):
+@pytest.mark.parametrize("norm_y, norm_out, scale", [(False, True, 1.0), (True, True, 1.0), (True, False, 0.5),
+                                                     (True, True, 0.25), (False, False, 2.0)])
+def test_residual_norm_is_the_steps_one_by_one(impl, norm_y, norm_out, scale):
+    """x += rms_norm(y) * w_y (or y), x *= scale, out = rms_norm(x) * w_out: the bits of those calls in turn (what the
+    models ran before the fused step), with and without weights."""
     rng = np.random.default_rng(9)
-    x = rng.standard_normal((6, 640)).astype(np.float32)
-    y = rng.standard_normal((6, 640)).astype(np.float32)
-    w = rng.standard_normal(640).astype(np.float32)
-    x0 = x.copy()
-    out = np.empty_like(x)
-    impl.add_rms_norm(x, y, w, 1e-6, out)
-    assert np.array_equal(x, x0 + y)
-    ref = np.empty_like(x)
-    impl.rms_norm(x0 + y, w, 1e-6, ref)
-    assert np.array_equal(out, ref)
+    for w_y, w_out in ((rng.standard_normal(640).astype(np.float32), rng.standard_normal(640).astype(np.float32)),
+                       (None, None)):
+        x = rng.standard_normal((6, 640)).astype(np.float32)
+        y = rng.standard_normal((6, 640)).astype(np.float32)
+        x0 = x.copy()
+        t = y
+        if norm_y:
+            t = np.empty_like(y)
+            impl.rms_norm(y, w_y, 1e-6, t)
+        x0 += t
+        if scale != 1.0:
+            x0 *= np.float32(scale)
+        out = np.empty_like(x)
+        impl.residual_norm(x, y, w_y if norm_y else False, w_out if norm_out else False, 1e-6, scale, out)
+        assert np.array_equal(x, x0)
+        if norm_out:
+            ref = np.empty_like(x)
+            impl.rms_norm(x0, w_out, 1e-6, ref)
+            assert np.array_equal(out, ref)
 
 
 # ------------------------------------------------------------------------------------------ rope
@@ -294,11 +307,11 @@ def test_rows_do_not_depend_on_batch_or_threads():
         c.rms_norm(x[i0:i1], w, 1e-6, o, nt)
         return o
 
-    def addrms(i0, i1, nt):
+    def residual(i0, i1, nt):
         xx = x[i0:i1].copy()
         o = np.empty_like(xx)
-        c.add_rms_norm(xx, y[i0:i1], w, 1e-6, o, nt)
-        return o
+        c.residual_norm(xx, y[i0:i1], w, w[::-1].copy(), 1e-6, 0.75, o, nt)
+        return np.concatenate([xx, o], axis=1)
 
     def rope(i0, i1, nt):
         xx = x[i0:i1].reshape(i1 - i0, 9, 128).copy()
@@ -315,7 +328,7 @@ def test_rows_do_not_depend_on_batch_or_threads():
         c.gelu_mul(x[i0:i1], y[i0:i1], o, nt)
         return o
 
-    for fn in (rms, addrms, rope, silu, gelu):
+    for fn in (rms, residual, rope, silu, gelu):
         single = each(fn)
         for nt in (1, 2, 3):
             assert np.array_equal(fn(0, 300, nt)[::7], single), (fn.__name__, nt)
@@ -339,11 +352,17 @@ def test_bad_arguments(impl):
     with pytest.raises(ValueError, match="n_threads"):
         impl.rms_norm(x, None, 1e-6, x, -2)
     with pytest.raises(ValueError, match="y"):
-        impl.add_rms_norm(x, np.zeros((3, 8), np.float32), None, 1e-6, x.copy())
+        impl.residual_norm(x, np.zeros((3, 8), np.float32), None, None, 1e-6, 1.0, x.copy())
     ro = np.zeros((2, 8), np.float32)
     ro.flags.writeable = False
     with pytest.raises(ValueError, match="x"):
-        impl.add_rms_norm(ro, x, None, 1e-6, x.copy())
+        impl.residual_norm(ro, x.copy(), None, None, 1e-6, 1.0, x.copy())
+    with pytest.raises(ValueError, match="out"):
+        impl.residual_norm(x, x.copy(), None, None, 1e-6, 1.0, x)  # out is x: it would be overwritten
+    with pytest.raises(ValueError, match="x"):
+        impl.residual_norm(x, x, None, None, 1e-6, 1.0, x.copy())
+    with pytest.raises(ValueError, match="w"):
+        impl.residual_norm(x, x.copy(), np.ones(7, np.float32), None, 1e-6, 1.0, x.copy())
 
     r = np.zeros((2, 3, 16), np.float32)
     p = np.zeros(2, np.int32)

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["attention", "rms_norm", "add_rms_norm", "rope", "silu_mul", "gelu_mul", "deltanet", "deltanet_deferred",
-           "causal_conv", "sigmoid", "decay", "softcap"]
+__all__ = ["attention", "rms_norm", "residual_norm", "rope", "silu_mul", "gelu_mul", "deltanet",
+           "deltanet_deferred", "causal_conv", "sigmoid", "decay", "softcap"]
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 
@@ -186,26 +186,32 @@ def rms_norm(x, w, eps, out, n_threads=0) -> None:
     out[...] = _rms(x, w, eps)
 
 
-def add_rms_norm(x, y, w, eps, out, n_threads=0) -> None:
-    """x += y in place, then out = rms_norm(x, w, eps)."""
-    fn = "add_rms_norm"
+def residual_norm(x, y, w_y, w_out, eps, scale, out, n_threads=0) -> None:
+    """x += rms_norm(y, w_y) (x += y where w_y is False), x *= scale, then out = rms_norm(x, w_out) (not where w_out
+    is False: out is scratch); a weight None: a norm without one. out, x and y must not overlap."""
+    fn = "residual_norm"
     x = _array(fn, "x", x, "f", (1, 2, 3))
     y = _array(fn, "y", y, "f", (1, 2, 3))
     out = _array(fn, "out", out, "f", (1, 2, 3))
-    eps = _float(fn, "eps", eps)
+    eps, scale = _float(fn, "eps", eps), _float(fn, "scale", scale)
     _nthreads(fn, n_threads)
     _shape(fn, "y", y, x.shape)
     _shape(fn, "out", out, x.shape)
     _writeable(fn, "x", x)
     _writeable(fn, "out", out)
-    _alias_ok(fn, "out", out, "x", x)
-    _alias_ok(fn, "y", y, "x", x)
-    _alias_ok(fn, "out", out, "y", y)
+    _disjoint(fn, "out", out, "x", x)
+    _disjoint(fn, "out", out, "y", y)
+    _disjoint(fn, "y", y, "x", x)
     if x.shape[-1] < 1:
         raise ValueError(f"{fn}(): x must have a non-empty last dimension")
-    w = _norm_weight(fn, w, x.shape[-1])
+    if w_y is not False:
+        out[...] = _rms(y, _norm_weight(fn, w_y, x.shape[-1]), eps)
+        y = out
     x += y
-    out[...] = _rms(x, w, eps)
+    if scale != 1.0:
+        x *= np.float32(scale)
+    if w_out is not False:
+        out[...] = _rms(x, _norm_weight(fn, w_out, x.shape[-1]), eps)
 
 
 # ---------------------------------------------------------------------------------------------- rope

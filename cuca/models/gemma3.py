@@ -16,7 +16,7 @@ from ..gguf import GGUFFile
 from .batch import Batch, Decoder
 from .cache import KVCache
 from .config import F32_MAX, INT32_MAX, context_length, dim, eps, head_counts, layer_count, opt, rope_base, rope_scale
-from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Rope, linear, output_head, vector
+from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Residual, Rope, linear, output_head, vector
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,10 @@ class Model(Decoder):
         self.blk = [Block(f, c, i) for i in range(c.n_layer)]
         self.output_norm = vector(f, "output_norm.weight", c.n_embd)
         self.output = output_head(f, self.token_embd)
+        # sandwich norms: x += norm(attn); h = norm(x) for the MLP; x += norm(mlp); h = the next block's input norm
+        nxt = [b.attn_norm for b in self.blk[1:]] + [self.output_norm]
+        self.res = [(Residual(c.eps, b.post_attention_norm, b.ffn_norm), Residual(c.eps, b.post_ffw_norm, n))
+                    for b, n in zip(self.blk, nxt, strict=True)]
 
     def make_cache(self, n_ctx: int) -> KVCache:
         c = self.c
@@ -114,9 +118,8 @@ class Model(Decoder):
         c, ops = self.c, self.ops
         x = self.token_embd.rows(ops, batch.tokens)
         x *= self.embd_scale
-        for b in self.blk:
-            a = b.attn(ops, ops.rms_norm(x, b.attn_norm, c.eps), batch)
-            x += ops.rms_norm(a, b.post_attention_norm, c.eps)
-            y = b.mlp(ops, ops.rms_norm(x, b.ffn_norm, c.eps))
-            x += ops.rms_norm(y, b.post_ffw_norm, c.eps)
-        return ops.rms_norm(x, self.output_norm, c.eps)
+        h = ops.rms_norm(x, self.blk[0].attn_norm, c.eps)
+        for b, (r_attn, r_mlp) in zip(self.blk, self.res, strict=True):
+            h = ops.residual(x, b.attn(ops, h, batch), r_attn)
+            h = ops.residual(x, b.mlp(ops, h), r_mlp)
+        return h

@@ -34,7 +34,7 @@ from .config import (
     rope_base,
     rope_dims,
 )
-from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Rope, linear, output_head, vector
+from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Residual, Rope, linear, output_head, vector
 
 
 @dataclass(frozen=True)
@@ -185,6 +185,17 @@ class Model(Decoder):
         self.blk = [Block(f, c, il, self.rope_freqs) for il in range(c.n_layer)]
         self.output_norm = vector(f, "output_norm.weight", c.n_embd)
         self.output = output_head(f, self.token_embd)
+        # sandwich norms, each add handing on the next input norm; the layer's output scale after its last add
+        nxt = [b.attn_norm for b in self.blk[1:]] + [self.output_norm]
+        self.res = [self._residuals(b, n) for b, n in zip(self.blk, nxt, strict=True)]
+
+    def _residuals(self, b: Block, nxt: np.ndarray) -> tuple[Residual, ...]:
+        """After attention, after the MLP (the last add without PLE), after the PLE gate (with PLE)."""
+        eps, s = self.c.eps, float(b.out_scale)
+        after_attn = Residual(eps, b.post_attention_norm, b.ffn_norm)
+        if not self.c.n_ple:
+            return after_attn, Residual(eps, b.post_ffw_norm, nxt, s)
+        return after_attn, Residual(eps, b.post_ffw_norm), Residual(eps, b.post_norm, nxt, s)
 
     def make_cache(self, n_ctx: int) -> KVCache:
         """K/V memory only for the layers that own K/V (the first `first_shared`)."""
@@ -217,13 +228,12 @@ class Model(Decoder):
         c, ops = self.c, self.ops
         x = self.embed(batch.tokens)
         ple = self.per_layer_inputs(batch.tokens, x) if c.n_ple else None
-        for il, b in enumerate(self.blk):
-            a = b.attn(ops, ops.rms_norm(x, b.attn_norm, c.eps), batch)
-            x += ops.rms_norm(a, b.post_attention_norm, c.eps)
-            sandwich_mlp(ops, b, x, c.eps)
+        h = ops.rms_norm(x, self.blk[0].attn_norm, c.eps)
+        for il, (b, res) in enumerate(zip(self.blk, self.res, strict=True)):
+            h = ops.residual(x, b.attn(ops, h, batch), res[0])
+            h = ops.residual(x, b.mlp(ops, h), res[1])
             if ple is not None:
                 g = b.inp_gate(ops, x)
                 ops.act_mul("gelu", g, ops.contiguous(ple[:, il, :]), g)
-                x += ops.rms_norm(b.proj(ops, g), b.post_norm, c.eps)
-            x *= b.out_scale
-        return ops.rms_norm(x, self.output_norm, c.eps)
+                h = ops.residual(x, b.proj(ops, g), res[2])
+        return h

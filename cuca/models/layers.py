@@ -19,9 +19,10 @@ from ..gguf import GGUFFile, TensorInfo
 from ..quants import FLOAT_TYPES, Q4_0, Q8_0, SUPPORTED_TYPES, dequantize, quantize_q4_0, quantize_q8_0, row_bytes
 from .batch import Batch
 from .config import float_weight
-from .ops import Mask, Ops, Rope
+from .ops import Mask, Ops, Residual, Rope
 
-__all__ = ["Attention", "AttnSpec", "GatedMLP", "Linear", "Mask", "Ops", "Rope", "linear", "output_head", "vector"]
+__all__ = ["Attention", "AttnSpec", "GatedMLP", "Linear", "Mask", "Ops", "Residual", "Rope", "linear", "output_head",
+           "vector"]
 
 
 class Linear:

@@ -18,7 +18,7 @@ from ..gguf import GGUFFile
 from .batch import Batch, Decoder
 from .cache import KVCache
 from .config import context_length, dim, eps, head_counts, layer_count, rope_base, rope_dims, rope_scale
-from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Rope, linear, output_head, vector
+from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Residual, Rope, linear, output_head, vector
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,10 @@ class Model(Decoder):
         self.blk = [Block(f, c, i, o) for i in range(c.n_layer)]
         self.output_norm = vector(f, "output_norm.weight", c.n_embd)
         self.output = output_head(f, self.token_embd)
+        # each residual add hands on the next sub-block's input norm: x += attn; h = norm(x) for the MLP, and so on
+        nxt = [b.attn_norm for b in self.blk[1:]] + [self.output_norm]
+        self.res = [(Residual(c.eps, norm_out=b.ffn_norm), Residual(c.eps, norm_out=n))
+                    for b, n in zip(self.blk, nxt, strict=True)]
 
     def make_cache(self, n_ctx: int) -> KVCache:
         c = self.c
@@ -118,7 +122,8 @@ class Model(Decoder):
         """The rows of `batch` -> hidden states after output_norm, float32 (M, n_embd)."""
         c, ops = self.c, self.ops
         x = self.token_embd.rows(ops, batch.tokens)
-        for b in self.blk:
-            x += b.attn(ops, ops.rms_norm(x, b.attn_norm, c.eps), batch)
-            x += b.mlp(ops, ops.rms_norm(x, b.ffn_norm, c.eps))
-        return ops.rms_norm(x, self.output_norm, c.eps)
+        h = ops.rms_norm(x, self.blk[0].attn_norm, c.eps)
+        for b, (r_attn, r_mlp) in zip(self.blk, self.res, strict=True):
+            h = ops.residual(x, b.attn(ops, h, batch), r_attn)
+            h = ops.residual(x, b.mlp(ops, h), r_mlp)
+        return h

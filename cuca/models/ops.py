@@ -55,6 +55,18 @@ class Mask:
     softcap: float = 0.0
 
 
+@dataclass(frozen=True, eq=False)
+class Residual:
+    """One residual step of a block (`Ops.residual`): x += rms_norm(y) * norm_y (y as it is where norm_y is False),
+    x *= scale, then the next sub-block's input rms_norm(x) * norm_out (none where norm_out is False). A norm's weight
+    None: a norm without one."""
+
+    eps: float
+    norm_y: np.ndarray | None | bool = False
+    norm_out: np.ndarray | None | bool = False
+    scale: float = 1.0
+
+
 class Ops:
     """The kernel implementation (`k`, a module) and thread count (`threads`, 0 = every core) a model runs with."""
 
@@ -152,6 +164,22 @@ class Ops:
         out = self.empty(x.shape) if out is None else out
         self.k.rms_norm(x, w, eps, out, self.threads)
         return out
+
+    def residual(self, x: np.ndarray, y: np.ndarray, r: Residual) -> np.ndarray:
+        """x (M, n) += y (normed where r says), then scaled, in place; returns rms_norm(x) * r.norm_out (M, n), or
+        scratch where r.norm_out is False. One kernel call on the C backend (the bits of the steps one by one);
+        a backend with its own rms_norm gets the steps."""
+        if type(self).rms_norm is not Ops.rms_norm or not hasattr(self.k, "residual_norm"):
+            return self._residual_steps(x, y, r)
+        out = self.empty(x.shape)
+        self.k.residual_norm(x, y, r.norm_y, r.norm_out, r.eps, r.scale, out, self.threads)
+        return out
+
+    def _residual_steps(self, x: Any, y: Any, r: Residual) -> Any:
+        x += y if r.norm_y is False else self.rms_norm(y, r.norm_y, r.eps)  # type: ignore[arg-type]
+        if r.scale != 1.0:
+            x *= np.float32(r.scale)
+        return y if r.norm_out is False else self.rms_norm(x, r.norm_out, r.eps)  # type: ignore[arg-type]
 
     def rope(self, x: np.ndarray, positions: np.ndarray, r: Rope) -> None:
         """In place on x (M, n_head, hd)."""

@@ -36,7 +36,20 @@ from .config import (
     req,
 )
 from .deltanet_state import L2_EPS, HybridCache
-from .layers import Attention, AttnSpec, GatedMLP, Linear, Mask, Ops, Rope, coarse_copy, linear, output_head, vector
+from .layers import (
+    Attention,
+    AttnSpec,
+    GatedMLP,
+    Linear,
+    Mask,
+    Ops,
+    Residual,
+    Rope,
+    coarse_copy,
+    linear,
+    output_head,
+    vector,
+)
 
 
 @dataclass(frozen=True)
@@ -230,6 +243,10 @@ class Model(Decoder):
         ]
         self.output_norm = vector(f, "output_norm.weight", c.n_embd)
         self.output = output_head(f, self.token_embd)
+        # x += mixer; h = norm(x) for the FFN; x += ffn; h = the next layer's input norm (one kernel call each)
+        nxt = [b.attn_norm for b in self.blk[1:]] + [self.output_norm]
+        self.res = [(Residual(c.eps, norm_out=b.post_attention_norm), Residual(c.eps, norm_out=n))
+                    for b, n in zip(self.blk, nxt, strict=True)]
         self.mtp: MTPHead | None = (
             MTPHead(f, c, self.token_embd, self.output_norm) if c.n_nextn > 0 else None
         )
@@ -255,14 +272,12 @@ class Model(Decoder):
         cmin = self.chunked_prefill_min
         chunked = [not s.cache.begin(s.m) and cmin is not None and s.m >= cmin for s in batch.seqs]
         x = self.token_embd.rows(ops, batch.tokens)
-        for il, b in enumerate(self.blk):
-            h = ops.rms_norm(x, b.attn_norm, c.eps)
-            if isinstance(b, GDNBlock):
-                x += self._gdn(b, self.slot[il], h, batch, chunked)
-            else:
-                x += b.attn(ops, h, batch)
-            x += b.ffn(ops, ops.rms_norm(x, b.post_attention_norm, c.eps))
-        return ops.rms_norm(x, self.output_norm, c.eps)
+        h = ops.rms_norm(x, self.blk[0].attn_norm, c.eps)
+        for il, (b, (r_mix, r_ffn)) in enumerate(zip(self.blk, self.res, strict=True)):
+            y = self._gdn(b, self.slot[il], h, batch, chunked) if isinstance(b, GDNBlock) else b.attn(ops, h, batch)
+            h = ops.residual(x, y, r_mix)
+            h = ops.residual(x, b.ffn(ops, h), r_ffn)
+        return h
 
     def _gdn(self, b: GDNBlock, li: int, h: np.ndarray, batch: Batch, chunked: list[bool]) -> np.ndarray:
         c, ops, n = self.c, self.ops, h.shape[0]

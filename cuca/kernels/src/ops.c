@@ -1,4 +1,4 @@
-/* Row-wise small ops: RMS norm (optionally fused with the residual add), RoPE, SiLU/GELU gating.
+/* Row-wise small ops: RMS norm (and a block's residual step around it), RoPE, SiLU/GELU gating.
  * Each output row is computed by the same operations wherever it sits and whatever the thread count;
  * threads only split whole rows. */
 #include <math.h>
@@ -90,10 +90,8 @@ static void ops_rms_row(const float *x, const float *w, float eps, float *y, int
 }
 
 typedef struct {
-    float *x;
+    const float *x;
     cuca_rows xs;
-    const float *y;
-    cuca_rows ys;
     const float *w;
     float eps;
     float *out;
@@ -107,37 +105,47 @@ static void rms_item(void *ctx, int64_t r, int tid) {
     ops_rms_row(row_c(J->x, J->xs, r, J->n1), J->w, J->eps, row_m(J->out, J->os, r, J->n1), J->n);
 }
 
-/* x += y, then the norm of the sum */
-static void add_rms_item(void *ctx, int64_t r, int tid) {
-    const rms_job *J = (const rms_job *)ctx;
-    (void)tid;
-    float *xr = row_m(J->x, J->xs, r, J->n1);
-    const float *yr = row_c(J->y, J->ys, r, J->n1);
-    const int64_t n = J->n;
-    int64_t i = 0;
-    for (; i + VL <= n; i += VL) v_store(xr + i, v_add(v_load(xr + i), v_load(yr + i)));
-    if (i < n) {
-        int t = (int)(n - i);
-        v_store_n(xr + i, v_add(v_load_n(xr + i, t), v_load_n(yr + i, t)), t);
-    }
-    ops_rms_row(xr, J->w, J->eps, row_m(J->out, J->os, r, J->n1), n);
-}
-
 int cuca_rms_norm_f32(const float *x, cuca_rows xs, const float *w, float eps, float *out, cuca_rows os,
                       int64_t n0, int64_t n1, int64_t n, int n_threads) {
     if (n0 < 0 || n1 < 0 || n <= 0) return CUCA_EINVAL;
     const int64_t rows = n0 * n1;
-    rms_job J = {(float *)x, xs, NULL, xs, w, eps, out, os, n1, n}; /* x is only read */
+    rms_job J = {x, xs, w, eps, out, os, n1, n};
     ops_run(ops_threads(n_threads, rows, n), rows, rms_item, &J);
     return CUCA_OK;
 }
 
-int cuca_add_rms_norm_f32(float *x, cuca_rows xs, const float *y, cuca_rows ys, const float *w, float eps,
-                          float *out, cuca_rows os, int64_t n0, int64_t n1, int64_t n, int n_threads) {
-    if (n0 < 0 || n1 < 0 || n <= 0) return CUCA_EINVAL;
-    const int64_t rows = n0 * n1;
-    rms_job J = {x, xs, y, ys, w, eps, out, os, n1, n};
-    ops_run(ops_threads(n_threads, rows, n), rows, add_rms_item, &J);
+/* x += rms_norm(y) * w_y (y itself without norm_y), x *= scale, then out = rms_norm(x) * w_out (norm_out): the same
+ * float operations as those calls one after another, so a fused residual gives their bits. out serves as the row's
+ * scratch for the normed y. */
+static void residual_item(void *ctx, int64_t r, int tid) {
+    const cuca_residual_args *A = (const cuca_residual_args *)ctx;
+    (void)tid;
+    float *xr = row_m(A->x, A->xs, r, A->n1), *o = row_m(A->out, A->os, r, A->n1);
+    const float *t = row_c(A->y, A->ys, r, A->n1);
+    const int64_t n = A->n;
+    if (A->norm_y) {
+        ops_rms_row(t, A->w_y, A->eps, o, n);
+        t = o;
+    }
+    const vf sv = v_set1(A->scale);
+    const int scaled = A->scale != 1.0f;
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) {
+        vf v = v_add(v_load(xr + i), v_load(t + i));
+        v_store(xr + i, scaled ? v_mul(v, sv) : v);
+    }
+    if (i < n) {
+        const int k = (int)(n - i);
+        vf v = v_add(v_load_n(xr + i, k), v_load_n(t + i, k));
+        v_store_n(xr + i, scaled ? v_mul(v, sv) : v, k);
+    }
+    if (A->norm_out) ops_rms_row(xr, A->w_out, A->eps, o, n);
+}
+
+int cuca_residual_norm_f32(const cuca_residual_args *a) {
+    if (a->n0 < 0 || a->n1 < 0 || a->n <= 0) return CUCA_EINVAL;
+    const int64_t rows = a->n0 * a->n1;
+    ops_run(ops_threads(a->n_threads, rows, a->n), rows, residual_item, (void *)a);
     return CUCA_OK;
 }
 

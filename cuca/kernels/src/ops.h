@@ -38,9 +38,23 @@ typedef struct {
 /* out = x / sqrt(mean(x^2) + eps) * w (w may be NULL); out may be x. */
 int cuca_rms_norm_f32(const float *x, cuca_rows xs, const float *w, float eps, float *out, cuca_rows os,
                       int64_t n0, int64_t n1, int64_t n, int n_threads);
-/* x += y, then out = rms_norm(x) */
-int cuca_add_rms_norm_f32(float *x, cuca_rows xs, const float *y, cuca_rows ys, const float *w, float eps,
-                          float *out, cuca_rows os, int64_t n0, int64_t n1, int64_t n, int n_threads);
+/* The residual step of a block: x += rms_norm(y) * w_y where norm_y (else x += y), then x *= scale (1: left
+ * out), then out = rms_norm(x) * w_out where norm_out (out is scratch otherwise). w_y / w_out may be NULL (no
+ * weight). out must not overlap x or y; y must not overlap x. */
+typedef struct {
+    float *x;
+    cuca_rows xs;
+    const float *y;
+    cuca_rows ys;
+    const float *w_y, *w_out;
+    int norm_y, norm_out;
+    float eps, scale;
+    float *out;
+    cuca_rows os;
+    int64_t n0, n1, n;
+    int n_threads;
+} cuca_residual_args;
+int cuca_residual_norm_f32(const cuca_residual_args *a);
 /* In place RoPE on x (M rows, n_head heads of hd floats), rotating the first n_rot dims of each head. */
 int cuca_rope_f32(float *x, cuca_rows xs, const int32_t *pos, int64_t M, int64_t n_head, int64_t hd, int n_rot,
                   float freq_base, int neox, const float *freq_factors, float freq_scale, int n_threads);
