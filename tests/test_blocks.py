@@ -72,10 +72,36 @@ def test_every_kernel_call_passes_the_thread_count(files: dict[str, Path], arch:
     if arch == "qwen35":
         model.mtp_logits(model.mtp_forward(toks, h, np.arange(5, dtype=np.int32), model.make_mtp_cache(32)), 50)
     names = {n for n, _ in spy.calls}
-    assert {"matmul", "rms_norm", "attention"} <= names and names & {"silu_mul", "gelu_mul"}
+    assert {"matmul", "rms_norm", "residual_norm", "attention"} <= names and names & {"silu_mul", "gelu_mul"}
     assert arch != "qwen35" or {"causal_conv", "sigmoid", "decay", "deltanet_deferred"} <= names
     wrong = sorted({n for n, t in spy.calls if t != 3})
     assert not wrong, f"{arch}: kernels called without the configured thread count: {wrong}"
+
+
+class StepsOps(Ops):
+    """`Ops.residual` as the steps one by one (rms_norm, in-place add and scale): what a backend with its own rms_norm
+    runs."""
+
+    def residual(self, x: np.ndarray, y: np.ndarray, r: Any) -> np.ndarray:
+        return self._residual_steps(x, y, r)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "gemma4", "qwen35"])
+def test_fused_residual_is_the_steps_one_by_one(files: dict[str, Path], arch: str) -> None:
+    """The models' residual steps through one kernel call give the bits of the steps one by one (and the drafter's)."""
+    toks, pos = np.array([2, 5, 7, 9, 11], np.int32), np.arange(5, dtype=np.int32)
+    outs = []
+    for ops in (Ops(2), StepsOps(2)):
+        model = load_model(open_gguf(files[arch]), ops)
+        cache = model.make_cache(32)
+        h = model.forward_hidden(toks, pos, cache)
+        got = [h, model.forward(toks[:2], np.array([5, 6], np.int32), cache)]
+        if arch == "gemma4":
+            a = load_assistant(open_gguf(write_gemma4_assistant(files[arch].parent / "a.gguf")), ops, model)
+            got += list(a.step(toks[:2], np.ascontiguousarray(h[-2:]), 5, cache))
+        outs.append(got)
+    for fused, steps in zip(*outs, strict=True):
+        assert np.array_equal(fused, steps)
 
 
 def _seqs() -> list[tuple[list[int], list[int]]]:

@@ -361,8 +361,11 @@ def test_bad_arguments(impl):
         impl.residual_norm(x, x.copy(), None, None, 1e-6, 1.0, x)  # out is x: it would be overwritten
     with pytest.raises(ValueError, match="x"):
         impl.residual_norm(x, x, None, None, 1e-6, 1.0, x.copy())
-    with pytest.raises(ValueError, match="w"):
+    with pytest.raises(ValueError, match="w_y"):
         impl.residual_norm(x, x.copy(), np.ones(7, np.float32), None, 1e-6, 1.0, x.copy())
+    with pytest.raises(TypeError, match="w_out"):
+        impl.residual_norm(x, x + 1, None, np.ones(8, np.float64), 1e-6, 1.0, x.copy())
+    assert not x.any()  # refused before x was touched
 
     r = np.zeros((2, 3, 16), np.float32)
     p = np.zeros(2, np.int32)

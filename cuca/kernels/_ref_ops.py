@@ -154,11 +154,11 @@ def attention(q, k_cache, v_cache, q_pos, n_kv, window, scale, softcap, out, n_t
 
 
 # ---------------------------------------------------------------------------------------------- norms
-def _norm_weight(fn: str, w: Any, n: int) -> np.ndarray | None:
+def _norm_weight(fn: str, w: Any, n: int, name: str = "w") -> np.ndarray | None:
     if w is None:
         return None
-    w = _array(fn, "w", w, "f", (1,))
-    _shape(fn, "w", w, (n,))
+    w = _array(fn, name, w, "f", (1,))
+    _shape(fn, name, w, (n,))
     return w
 
 
@@ -204,14 +204,16 @@ def residual_norm(x, y, w_y, w_out, eps, scale, out, n_threads=0) -> None:
     _disjoint(fn, "y", y, "x", x)
     if x.shape[-1] < 1:
         raise ValueError(f"{fn}(): x must have a non-empty last dimension")
+    wy = _norm_weight(fn, w_y, x.shape[-1], "w_y") if w_y is not False else None  # both checked before any write
+    wo = _norm_weight(fn, w_out, x.shape[-1], "w_out") if w_out is not False else None
     if w_y is not False:
-        out[...] = _rms(y, _norm_weight(fn, w_y, x.shape[-1]), eps)
+        out[...] = _rms(y, wy, eps)
         y = out
     x += y
     if scale != 1.0:
         x *= np.float32(scale)
     if w_out is not False:
-        out[...] = _rms(x, _norm_weight(fn, w_out, x.shape[-1]), eps)
+        out[...] = _rms(x, wo, eps)
 
 
 # ---------------------------------------------------------------------------------------------- rope

@@ -10,6 +10,7 @@ used as stored (`x̂·w`, no `1 + w`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +35,19 @@ from .config import (
     rope_base,
     rope_dims,
 )
-from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Residual, Rope, linear, output_head, vector
+from .layers import (
+    Attention,
+    AttnSpec,
+    GatedMLP,
+    Mask,
+    Ops,
+    Residual,
+    Rope,
+    linear,
+    next_input_norms,
+    output_head,
+    vector,
+)
 
 
 @dataclass(frozen=True)
@@ -144,6 +157,7 @@ class QueryLayer:
         self.mlp = GatedMLP(f, p, e, c.n_ff[il], act="gelu")
         self.post_ffw_norm = vector(f, p + "post_ffw_norm.weight", e)
         self.out_scale = out_scale(f, p + "layer_output_scale.weight")
+        self.post_norm: np.ndarray | None = None  # the PLE gate's output norm (target layers with PLE)
 
 
 class Block(QueryLayer):
@@ -160,9 +174,20 @@ class Block(QueryLayer):
             self.post_norm = vector(f, p + "post_norm.weight", c.n_embd)
 
 
-def sandwich_mlp(ops: Ops, b: QueryLayer, x: np.ndarray, eps: float) -> None:
-    """x += post_ffw_norm(mlp(ffn_norm(x))); in place."""
-    x += ops.rms_norm(b.mlp(ops, ops.rms_norm(x, b.ffn_norm, eps)), b.post_ffw_norm, eps)
+def residuals(blk: Sequence[QueryLayer], output_norm: np.ndarray, eps: float) -> list[tuple[Residual, ...]]:
+    """Each layer's residual steps (`Ops.residual`), the sandwich norms of a Gemma 4 layer or drafter layer: after
+    attention (x += norm(attn); the MLP's input norm), after the MLP, and after the PLE gate where the layer has one
+    (post_norm); a layer's last add takes its output scale and hands on the next layer's input norm (output_norm
+    after the last layer)."""
+    nxt = next_input_norms(blk, output_norm)
+    out: list[tuple[Residual, ...]] = []
+    for b, n in zip(blk, nxt, strict=True):
+        after_attn, s = Residual(eps, b.post_attention_norm, b.ffn_norm), float(b.out_scale)
+        if b.post_norm is not None:
+            out.append((after_attn, Residual(eps, b.post_ffw_norm), Residual(eps, b.post_norm, n, s)))
+        else:
+            out.append((after_attn, Residual(eps, b.post_ffw_norm, n, s)))
+    return out
 
 
 class Model(Decoder):
@@ -185,17 +210,7 @@ class Model(Decoder):
         self.blk = [Block(f, c, il, self.rope_freqs) for il in range(c.n_layer)]
         self.output_norm = vector(f, "output_norm.weight", c.n_embd)
         self.output = output_head(f, self.token_embd)
-        # sandwich norms, each add handing on the next input norm; the layer's output scale after its last add
-        nxt = [b.attn_norm for b in self.blk[1:]] + [self.output_norm]
-        self.res = [self._residuals(b, n) for b, n in zip(self.blk, nxt, strict=True)]
-
-    def _residuals(self, b: Block, nxt: np.ndarray) -> tuple[Residual, ...]:
-        """After attention, after the MLP (the last add without PLE), after the PLE gate (with PLE)."""
-        eps, s = self.c.eps, float(b.out_scale)
-        after_attn = Residual(eps, b.post_attention_norm, b.ffn_norm)
-        if not self.c.n_ple:
-            return after_attn, Residual(eps, b.post_ffw_norm, nxt, s)
-        return after_attn, Residual(eps, b.post_ffw_norm), Residual(eps, b.post_norm, nxt, s)
+        self.res = residuals(self.blk, self.output_norm, c.eps)
 
     def make_cache(self, n_ctx: int) -> KVCache:
         """K/V memory only for the layers that own K/V (the first `first_shared`)."""

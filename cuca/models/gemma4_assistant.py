@@ -19,7 +19,7 @@ from ..gguf import GGUFFile
 from ..sampling import top_ids
 from .cache import KVCache
 from .config import dim, opt
-from .gemma4 import Config, QueryLayer, attn_spec, rope_freqs_of, sandwich_mlp
+from .gemma4 import Config, QueryLayer, attn_spec, residuals, rope_freqs_of
 from .gemma4 import Model as Target
 from .layers import RESCORE, Attention, Linear, Ops, coarse_copy, linear, vector
 from .layers import requantize as to_q8_0
@@ -130,6 +130,7 @@ class Assistant:
         self.pre_projection = linear(f, "nextn.pre_projection.weight", c.n_embd, 2 * self.n_embd_out)
         self.post_projection = linear(f, "nextn.post_projection.weight", self.n_embd_out, c.n_embd)
         self.blk = [Block(f, c, il, target, self.rope_freqs) for il in range(c.n_layer)]
+        self.res = residuals(self.blk, self.output_norm, c.eps)
         has_centroids = centroid_layout(f) is not None
         self.centroid_head = CentroidHead(f, self.token_embd, c.n_vocab, c.n_embd) if has_centroids else None
         if coarse is None:
@@ -154,13 +155,12 @@ class Assistant:
         c, ops, m = self.c, self.ops, tokens.shape[0]
         z = self.pre_projection(ops, ops.concat([self.target.embed(tokens), h], axis=1))
         positions = np.full(m, pos, np.int32)
-        for b in self.blk:
-            q, _ = b.attn.query(ops, ops.rms_norm(z, b.attn_norm, c.eps), positions)
+        zn = ops.rms_norm(z, self.blk[0].attn_norm, c.eps)  # each layer's input norm, then output_norm's
+        for b, (r_attn, r_mlp) in zip(self.blk, self.res, strict=True):
+            q, _ = b.attn.query(ops, zn, positions)
             o = b.attn.attend(ops, q, positions, cache, n_kv=pos)  # M alternatives at one position
-            z += ops.rms_norm(b.attn.output(ops, o, None), b.post_attention_norm, c.eps)
-            sandwich_mlp(ops, b, z, c.eps)
-            z *= b.out_scale
-        zn = ops.rms_norm(z, self.output_norm, c.eps)
+            zn = ops.residual(z, b.attn.output(ops, o, None), r_attn)
+            zn = ops.residual(z, b.mlp(ops, zn), r_mlp)
         return self.logits(ops, zn, greedy), self.post_projection(ops, zn)
 
     def logits(self, ops: Ops, zn: np.ndarray, greedy: bool = True) -> np.ndarray:

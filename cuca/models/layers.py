@@ -21,8 +21,8 @@ from .batch import Batch
 from .config import float_weight
 from .ops import Mask, Ops, Residual, Rope
 
-__all__ = ["Attention", "AttnSpec", "GatedMLP", "Linear", "Mask", "Ops", "Residual", "Rope", "linear", "output_head",
-           "vector"]
+__all__ = ["Attention", "AttnSpec", "GatedMLP", "Linear", "Mask", "Ops", "Residual", "Rope", "linear",
+           "next_input_norms", "output_head", "vector"]
 
 
 class Linear:
@@ -95,6 +95,12 @@ def output_head(f: GGUFFile, token_embd: Linear) -> Linear:
     if "output.weight" not in f.tensors:
         return token_embd
     return linear(f, "output.weight", token_embd.n_out, token_embd.n_in)
+
+
+def next_input_norms(blk: Sequence[Any], output_norm: np.ndarray) -> list[np.ndarray]:
+    """Per layer, the norm its last residual add hands on (`Residual.norm_out`): the next layer's attn_norm, and
+    output_norm after the last layer."""
+    return [b.attn_norm for b in blk[1:]] + [output_norm]
 
 
 def vector(f: GGUFFile, name: str, n: int) -> np.ndarray:

@@ -18,7 +18,19 @@ from ..gguf import GGUFFile
 from .batch import Batch, Decoder
 from .cache import KVCache
 from .config import context_length, dim, eps, head_counts, layer_count, rope_base, rope_dims, rope_scale
-from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Residual, Rope, linear, output_head, vector
+from .layers import (
+    Attention,
+    AttnSpec,
+    GatedMLP,
+    Mask,
+    Ops,
+    Residual,
+    Rope,
+    linear,
+    next_input_norms,
+    output_head,
+    vector,
+)
 
 
 @dataclass(frozen=True)
@@ -106,7 +118,7 @@ class Model(Decoder):
         self.output_norm = vector(f, "output_norm.weight", c.n_embd)
         self.output = output_head(f, self.token_embd)
         # each residual add hands on the next sub-block's input norm: x += attn; h = norm(x) for the MLP, and so on
-        nxt = [b.attn_norm for b in self.blk[1:]] + [self.output_norm]
+        nxt = next_input_norms(self.blk, self.output_norm)
         self.res = [(Residual(c.eps, norm_out=b.ffn_norm), Residual(c.eps, norm_out=n))
                     for b, n in zip(self.blk, nxt, strict=True)]
 

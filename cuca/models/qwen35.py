@@ -47,6 +47,7 @@ from .layers import (
     Rope,
     coarse_copy,
     linear,
+    next_input_norms,
     output_head,
     vector,
 )
@@ -244,7 +245,7 @@ class Model(Decoder):
         self.output_norm = vector(f, "output_norm.weight", c.n_embd)
         self.output = output_head(f, self.token_embd)
         # x += mixer; h = norm(x) for the FFN; x += ffn; h = the next layer's input norm (one kernel call each)
-        nxt = [b.attn_norm for b in self.blk[1:]] + [self.output_norm]
+        nxt = next_input_norms(self.blk, self.output_norm)
         self.res = [(Residual(c.eps, norm_out=b.post_attention_norm), Residual(c.eps, norm_out=n))
                     for b, n in zip(self.blk, nxt, strict=True)]
         self.mtp: MTPHead | None = (
