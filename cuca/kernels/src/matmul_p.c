@@ -63,7 +63,8 @@ int cuca_pack_rows(int wtype) {
     if (wtype == GT_F16 || wtype == GT_BF16) return PF_R; /* matmul_pf.c */
     if (wtype == GT_Q4_0) return 2 * PK_R; /* matmul_p2.c: two 8-row halves */
 #elif defined(CUCA_AVX512)
-    if (wtype == GT_Q6_K || wtype == GT_Q5_K) return 1; /* rows in place, reordered (pack_k.c) */
+    if (wtype == GT_Q6_K) return 2; /* rows in place, reordered, in pairs (pack_k.c, matmul_k.c) */
+    if (wtype == GT_Q5_K) return 1; /* rows in place, reordered (pack_k.c) */
     if (wtype == GT_Q4_K) return PK_R; /* matmul_p4k.c */
     /* every 32-block format: Q4_1 (SmolLM2) and Q5_0 / Q5_1 (Gemma 3 270M's FFN; the 5th bits set by vpmultishiftqb,
      * VBMI) too. SmolLM2's whole M = 4 pass took 1.70-1.85x its M = 1 time with the unpacked Q4_1 kernel, packed

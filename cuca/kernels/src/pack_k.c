@@ -1,4 +1,4 @@
-/* The AVX-512 build's in-place packings of the K formats (cuca_pack_rows 1: every row keeps its place and size,
+/* The AVX-512 build's in-place packings of the K formats (cuca_pack_rows 1 or 2: every row keeps its place and size,
  * only the bytes of each superblock are reordered for the tile kernels of matmul_k.c). Plain C, run once at load. */
 #include "packed.h"
 
@@ -22,8 +22,9 @@ static void k6_codes(const uint8_t *blk, uint8_t *dst) {
 
 int cuca_k6_pack(const void *w, int64_t n_out, int64_t n_in, void *dst) {
     if (n_out <= 0 || n_in <= 0 || n_in % QKK) return CUCA_EINVAL;
-    const size_t n = (size_t)n_out * (size_t)(n_in / QKK);
+    const size_t n = (size_t)(n_out / 2 * 2) * (size_t)(n_in / QKK), all = (size_t)n_out * (size_t)(n_in / QKK);
     for (size_t i = 0; i < n; i++) k6_codes((const uint8_t *)w + i * 210, (uint8_t *)dst + i * 210);
+    memcpy((uint8_t *)dst + n * 210, (const uint8_t *)w + n * 210, (all - n) * 210); /* an odd last row stays raw */
     return CUCA_OK;
 }
 
