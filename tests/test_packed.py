@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import gguf
 import numpy as np
@@ -356,6 +358,94 @@ def test_matmuls_fused_equal_separate(wtype: int) -> None:
             assert all(g.flags.c_contiguous and g.shape == (M, n) for g, n in zip(got, outs, strict=True))
             assert np.array_equal(ops.matmul(ws[0], x), want[0])
         assert (len(ws[0]._fused.ws) if type(ws[0]._fused).__name__ == "Fused" else 0) == run, outs
+
+
+class _Calls:
+    """The C kernels, counting the calls of one of them."""
+
+    def __init__(self, name: str):
+        self.name, self.n = name, 0
+
+    def __getattr__(self, attr: str) -> Any:
+        fn = getattr(C, attr)
+        if attr != self.name:
+            return fn
+
+        def call(*a: Any) -> Any:
+            self.n += 1
+            return fn(*a)
+
+        return call
+
+
+def _mlp(wtype: int, n_embd: int, n_ff: int, act: str, seed: int, raw_down: bool = False) -> SimpleNamespace:
+    down = _owned(wtype, n_embd, n_ff, seed + 2)
+    if raw_down:  # someone else's array: never packed nor copied, the raw kernel reads it where it is
+        down._owned = False
+    return SimpleNamespace(ffn_gate=_owned(wtype, n_ff, n_embd, seed), ffn_up=_owned(wtype, n_ff, n_embd, seed + 1),
+                           ffn_down=down, act=act)
+
+
+@needs_packed
+@pytest.mark.parametrize("wtype", PACKED, ids=Q.type_name)
+@pytest.mark.parametrize("act", ["silu", "gelu"])
+def test_mlp_in_one_call_is_the_steps(wtype: int, act: str) -> None:
+    """Ops.mlp: gate and up packed into one buffer, the activation and the down matmul (packed, or raw rows read in
+    place) in one kernel call give the bits of the steps (separate matmuls, act_mul, matmul), for every row count and
+    thread count; the one call is what runs."""
+    assert C is not None
+    n_embd, n_ff = N_IN[wtype], 256  # 256: whole row groups of every packing and whole blocks of every format
+    for raw_down in (False, True):
+        m, ref = (_mlp(wtype, n_embd, n_ff, act, wtype, raw_down) for _ in range(2))
+        spy, steps = _Calls("mlp"), Ops(2)
+        ops = Ops(2, spy)  # type: ignore[arg-type]
+        steps.fuse_projections = False
+        calls = 0
+        for M, threads in ((1, 2), (3, 1), (4, 2), (9, 2)):
+            ops.threads = steps.threads = threads
+            x = np.ascontiguousarray(rows(max(M, 3), n_embd, seed=M)[:M])
+            g, u = steps.matmuls([ref.ffn_gate, ref.ffn_up], x)
+            want = steps.matmul(ref.ffn_down, steps.act_mul(act, g, u, g))
+            assert np.array_equal(ops.mlp(m, x), want), (raw_down, M)
+            calls += 1
+        assert spy.n == calls and (m.ffn_down._packed is False) == raw_down
+
+
+@needs_packed
+def test_mlp_checks_its_arguments() -> None:
+    """mlp names what is wrong: the activation, the thread count, a scratch or output of the wrong shape or overlapping
+    another, a down matrix whose rows do not match, a gate / up buffer in a format this build does not pack."""
+    assert C is not None
+    wtype = PACKED[0]
+    R, n_embd, n_ff = C.pack_rows(wtype), N_IN[wtype], 256
+    m = _mlp(wtype, n_embd, n_ff, "silu", 5)
+    gu = packed(np.concatenate([m.ffn_gate.w, m.ffn_up.w]), wtype, n_embd)
+    down = packed(m.ffn_down.w, wtype, n_ff).reshape(n_embd, -1)
+    x = rows(3, n_embd, seed=1)
+
+    def call(*, act: int = 0, nt: int = 2, g: Any = None, out: Any = None, dn: Any = down, down_packed: bool = True,
+             gu_wtype: int = wtype) -> None:
+        g = np.empty((3, n_ff), np.float32) if g is None else g
+        out = np.empty((3, n_embd), np.float32) if out is None else out
+        C.mlp(gu, gu_wtype, 2 * n_ff, dn, wtype, dn.shape[0] * dn.shape[1] // (down.nbytes // n_embd), down_packed, x,
+              g, np.empty((3, n_ff), np.float32), out, act, nt)
+
+    call()
+    with pytest.raises(ValueError, match="act"):
+        call(act=2)
+    with pytest.raises(ValueError, match="n_threads"):
+        call(nt=-1)
+    with pytest.raises(ValueError, match="g must be writeable with shape"):
+        call(g=np.empty((2, n_ff), np.float32))
+    flat = np.empty(3 * (n_ff + n_embd), np.float32)  # out starts 8 floats before the end of g
+    with pytest.raises(ValueError, match="out overlaps"):
+        call(g=flat[: 3 * n_ff].reshape(3, n_ff), out=flat[3 * n_ff - 8 : 3 * (n_ff + n_embd) - 8].reshape(3, n_embd))
+    with pytest.raises(ValueError, match="down must be packed, with at least"):
+        call(dn=packed(m.ffn_down.w[: n_embd - R], wtype, n_ff).reshape(n_embd - R, -1))
+    with pytest.raises(ValueError, match="down must be raw, with exactly"):
+        call(dn=np.concatenate([m.ffn_down.w, m.ffn_down.w[:R]]), down_packed=False)
+    with pytest.raises(ValueError):
+        call(gu_wtype=Q.F32)
 
 
 @needs_packed

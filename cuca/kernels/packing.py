@@ -91,19 +91,23 @@ def _huge_map(size: int) -> np.ndarray:
     return a[off : off + size]
 
 
-def matmul(k: ModuleType, w: Linear, x: np.ndarray, out: np.ndarray, threads: int, arena: Arena | None = None) -> None:
-    """out = x @ W.T through the packed layout where this backend and weight have one, else the raw kernel; a weight
-    packed now takes its bytes from `arena` (None: from numpy)."""
+def operand(k: ModuleType, w: Linear, threads: int, arena: Arena | None = None) -> tuple[np.ndarray, int, bool]:
+    """What the kernels read for w: (its packed buffer, the buffer's rows, True), or (its rows as they are: a huge-page
+    copy or w.w itself, n_out, False); w is packed at the first call, taking its bytes from `arena` (None: numpy)."""
     p = getattr(w, "_packed", None)
     if not (isinstance(p, tuple) and p[0] is w.w):  # packed already (the common case: hundreds of calls a token)
         p = _packed(k, w, p, threads, arena)
         w._packed = p if p is not None else False
-    if p is None:
-        k.matmul(w.w, w.wtype, w.n_out, w.n_in, x, out, threads)
-    elif p[3]:
-        k.matmul_packed(p[1], w.wtype, p[2], w.n_in, x, out, threads)
+    return (w.w, w.n_out, False) if p is None else (p[1], p[2], p[3])
+
+
+def matmul(k: ModuleType, w: Linear, x: np.ndarray, out: np.ndarray, threads: int, arena: Arena | None = None) -> None:
+    """out = x @ W.T through the packed layout where this backend and weight have one, else the raw kernel."""
+    buf, rows, packed = operand(k, w, threads, arena)
+    if packed:
+        k.matmul_packed(buf, w.wtype, rows, w.n_in, x, out, threads)
     else:
-        k.matmul(p[1], w.wtype, w.n_out, w.n_in, x, out, threads)
+        k.matmul(buf, w.wtype, w.n_out, w.n_in, x, out, threads)
 
 
 def fused(k: ModuleType, ws: Sequence[Linear], threads: int, arena: Arena) -> Fused | None:

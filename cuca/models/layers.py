@@ -265,9 +265,7 @@ class GatedMLP:
         self.ffn_down = linear(f, prefix + "ffn_down.weight", n_embd, n_ff)
 
     def __call__(self, ops: Ops, h: np.ndarray) -> np.ndarray:
-        g, u = ops.matmuls([self.ffn_gate, self.ffn_up], h)
-        ops.act_mul(self.act, g, u, g)
-        return self.ffn_down(ops, g)
+        return ops.mlp(self, h)
 
 
 def as_positions(positions: np.ndarray | list[int] | range) -> np.ndarray:

@@ -153,6 +153,24 @@ class Ops:
         self.k.matmul_packed_split(f.p, f.wtype, f.n_rows, f.n_in, x, tuple(ys), self.threads)
         return ys + [self.matmul(w, x) for w in ws[len(f.ws) :]]  # the weights after the run that shares a buffer
 
+    def mlp(self, m: Any, x: np.ndarray) -> np.ndarray:
+        """down(act(gate(x)) * up(x)) (M, n_embd) of a gated MLP `m` (ffn_gate / ffn_up / ffn_down, act "silu" or
+        "gelu"). One kernel call where the C backend packs gate and up into one buffer (`matmuls`): the bits of the
+        steps, which run otherwise."""
+        f = (packing.fused(self.k, [m.ffn_gate, m.ffn_up], self.threads, self.arena)
+             if self.fuse_projections and type(self).matmul is Ops.matmul and hasattr(self.k, "mlp") else None)
+        if f is None or len(f.ws) != 2:
+            g, u = self.matmuls([m.ffn_gate, m.ffn_up], x)
+            self.act_mul(m.act, g, u, g)
+            return self.matmul(m.ffn_down, g)
+        down = m.ffn_down
+        buf, rows, packed = packing.operand(self.k, down, self.threads, self.arena)
+        n, n_ff = x.shape[0], m.ffn_gate.n_out
+        g, u, out = self.empty((n, n_ff)), self.empty((n, n_ff)), self.empty((n, down.n_out))
+        self.k.mlp(f.p, f.wtype, f.n_rows, buf, down.wtype, rows, packed, x, g, u, out, int(m.act == "gelu"),
+                   self.threads)
+        return out
+
     def get_rows(self, w: Linear, ids: np.ndarray) -> np.ndarray:
         """Embedding lookup: dequantized rows `ids` (M,) -> (M, n_in)."""
         out = self.empty((ids.shape[0], w.n_in))

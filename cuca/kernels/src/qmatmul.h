@@ -151,6 +151,19 @@ typedef struct {
 int cuca_matmul_packed_split_f32(const void *p, int wtype, int64_t n_rows, int64_t n_in, const float *x, int64_t M,
                                  const cuca_out_split *S, int n_threads);
 
+/* block.c: a gated MLP, out (M, n_embd) = down(act(gate(x)) * up(x)): gate and up packed into one buffer gu (rows
+ * [0, n_ff) gate, [n_ff, 2 n_ff) up, of gu_rows >= 2 n_ff; n_ff a multiple of its packing's rows), act 0 silu / 1
+ * gelu_tanh into g, u scratch (M, n_ff) (g ends as the down matmul's input), down packed (down_rows >= n_embd) or raw
+ * (down_rows == n_embd): matmul_packed_split, act_mul and the down matmul one after another */
+typedef struct {
+    const void *gu, *down;
+    int gu_wtype, down_wtype, down_packed, act, n_threads;
+    int64_t gu_rows, down_rows, n_embd, n_ff, M;
+    const float *x;
+    float *g, *u, *out;
+} cuca_mlp_args;
+int cuca_mlp_f32(const cuca_mlp_args *a);
+
 /* dequant.c: one row of n_in values; integer codes of one block (code offsets applied) */
 int cuca_dequant_row(const uint8_t *w, int wtype, int64_t n_in, float *out);
 void cuca_codes_q(int wtype, const uint8_t *blk, int32_t *code); /* 32 codes, natural order */
