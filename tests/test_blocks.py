@@ -26,7 +26,7 @@ import synth_qwen35  # noqa: E402
 # kernel -> index of its n_threads argument (get_rows has none)
 THREADS_AT = {"matmul": 6, "attention": 9, "rms_norm": 4, "residual_norm": 7, "rope": 7, "silu_mul": 3,
               "gelu_mul": 3, "deltanet": 10, "deltanet_deferred": 13, "causal_conv": 5, "sigmoid": 2, "decay": 4,
-              "softcap": 2}
+              "softcap": 2, "attention_core": 20}
 
 
 class Spy:
@@ -72,7 +72,10 @@ def test_every_kernel_call_passes_the_thread_count(files: dict[str, Path], arch:
     if arch == "qwen35":
         model.mtp_logits(model.mtp_forward(toks, h, np.arange(5, dtype=np.int32), model.make_mtp_cache(32)), 50)
     names = {n for n, _ in spy.calls}
-    assert {"matmul", "rms_norm", "residual_norm", "attention"} <= names and names & {"silu_mul", "gelu_mul"}
+    assert {"matmul", "rms_norm", "residual_norm"} <= names and names & {"silu_mul", "gelu_mul"}
+    # Qwen 3.5's gated attention takes the steps, as the Gemma 4 drafter's layers do; the others one call
+    assert ("attention" in names) == (arch in ("gemma4", "qwen35"))
+    assert ("attention_core" in names) == (arch != "qwen35")
     assert arch != "qwen35" or {"causal_conv", "sigmoid", "decay", "deltanet_deferred"} <= names
     wrong = sorted({n for n, t in spy.calls if t != 3})
     assert not wrong, f"{arch}: kernels called without the configured thread count: {wrong}"
@@ -84,6 +87,28 @@ class StepsOps(Ops):
 
     def residual(self, x: np.ndarray, y: np.ndarray, r: Any) -> np.ndarray:
         return self._residual_steps(x, y, r)
+
+
+class AttentionStepsOps(Ops):
+    """`Ops.attention_core` declined: every layer takes the attention steps one by one."""
+
+    def attention_core(self, attn: Any, ys: Any, sq: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "gemma4", "qwen35"])
+def test_attention_in_one_call_is_the_steps(files: dict[str, Path], arch: str) -> None:
+    """Layers whose attention runs as one kernel call (q / k / v norms, RoPE, the K/V store, attention) give the
+    bits of the steps, K/V cache included, in a prefill and a 2-row pass."""
+    toks, pos = np.array([2, 5, 7, 9, 11], np.int32), np.arange(5, dtype=np.int32)
+    outs = []
+    for ops in (Ops(2), AttentionStepsOps(2)):
+        model = load_model(open_gguf(files[arch]), ops)
+        cache = model.make_cache(32)
+        got = [model.forward_hidden(toks, pos, cache), model.forward(toks[:2], np.array([5, 6], np.int32), cache)]
+        outs.append(got + [np.array(a) for a in cache.k] + [np.array(a) for a in cache.v])
+    for one, steps in zip(*outs, strict=True):
+        assert np.array_equal(one, steps)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3", "gemma4", "qwen35"])

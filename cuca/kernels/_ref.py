@@ -9,4 +9,7 @@ try:
 except ImportError:  # pragma: no cover - the ops twins are optional while they are being written
     _ops_all = []
 
-__all__ = [*_matmul_all, *_ops_all]
+from ._ref_block import *  # noqa: E402, F403
+from ._ref_block import __all__ as _block_all  # noqa: E402
+
+__all__ = [*_matmul_all, *_ops_all, *_block_all]

@@ -170,6 +170,10 @@ class Attention:
             self.attn_v = linear(f, name, kv_dim, e) if name in f.tensors else None
             self.bk = _bias(f, prefix + "attn_k.bias", kv_dim)
             self.bv = _bias(f, prefix + "attn_v.bias", kv_dim) if self.attn_v is not None else None
+        # the steps from the projections to the attention output can run as one `Ops.attention_core` call: no gate
+        # and no biases (a K/V-owning layer without attn_v and without norms copies k before roping it: the steps)
+        self.one_call = not s.gated and self.bq is None and (
+            not owns_kv or (self.bk is None and self.bv is None and (self.attn_v is not None or s.qk_norm or s.v_norm)))
 
     def query(self, ops: Ops, h: np.ndarray, positions: np.ndarray,
               y: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -216,12 +220,16 @@ class Attention:
 
     def __call__(self, ops: Ops, h: np.ndarray, batch: Batch) -> np.ndarray:
         """The sub-block's output (M, n_embd) for the rows of `batch` (every sequence attends its own cache)."""
+        ys = self.projections(ops, h) if self.owns_kv else [self.attn_q(ops, h)]
+        if self.one_call and len(batch.seqs) == 1:
+            a = ops.attention_core(self, ys, batch.seqs[0])
+            if a is not None:
+                return self.attn_output(ops, a)
         if self.owns_kv:
-            ys = self.projections(ops, h)
             q, gate = self.query(ops, h, batch.positions, ys[0])
             k, v = self.keys_values(ops, h, batch.positions, ys[1:])
         else:
-            (q, gate), k, v = self.query(ops, h, batch.positions), None, None
+            (q, gate), k, v = self.query(ops, h, batch.positions, ys[0]), None, None
         parts = []
         for sq in batch.seqs:
             r = sq.rows

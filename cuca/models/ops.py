@@ -224,6 +224,31 @@ class Ops:
         self.k.attention(q, kc, vc, positions, n_kv, mask.window, mask.scale, mask.softcap, out, self.threads)
         return out
 
+    def attention_core(self, attn: Any, ys: Sequence[np.ndarray], sq: Any) -> np.ndarray | None:
+        """A layer's attention (layers.Attention `attn`, `one_call`) from its projections ys (attn_q's, then attn_k's
+        and attn_v's where it owns K/V) for the rows of one sequence `sq` -> (M, n_head * hd): q / k / v norms, RoPE,
+        the K/V rows stored, attention, in one kernel call (the bits of the steps). None where this backend or the
+        cache cannot (a backend with its own kernels, a float16 cache): the caller takes the steps."""
+        if any(getattr(type(self), n) is not getattr(Ops, n) for n in ("attention", "rms_norm", "rope")) or \
+                not hasattr(self.k, "attention_core"):
+            return None
+        kc, vc = sq.cache.k[attn.slot], sq.cache.v[attn.slot]
+        if not (isinstance(kc, np.ndarray) and kc.dtype == np.float32 and vc.dtype == np.float32):
+            return None
+        s, m, r = attn.spec, ys[0].shape[0], attn.rope
+        q = ys[0].reshape(m, s.n_head, s.head_dim)
+        k = v = None
+        if len(ys) > 1:
+            k = ys[1].reshape(m, s.n_head_kv, s.head_dim)
+            v = ys[2].reshape(m, s.n_head_kv, s.head_dim) if len(ys) > 2 else k
+        out = self.empty((m, s.n_head, s.head_dim))
+        no = False
+        self.k.attention_core(q, k, v, attn.attn_q_norm if s.qk_norm else no,
+                              attn.attn_k_norm if s.qk_norm and k is not None else no, None if s.v_norm else no,
+                              s.eps, sq.positions, r.n_rot, r.base, r.neox, r.freq_factors, r.scale, kc, vc,
+                              sq.pos0 + sq.m, attn.mask.window, attn.mask.scale, attn.mask.softcap, out, self.threads)
+        return out.reshape(m, -1)
+
     def deltanet(self, qkv: tuple[np.ndarray, np.ndarray, np.ndarray], gates: tuple[np.ndarray, np.ndarray],
                  state: np.ndarray, snaps: np.ndarray | None, eps_scale: tuple[float, float]) -> np.ndarray:
         """Gated DeltaNet recurrence: q, k (T, H, dk), v (T, H, dv); gates = (g log-decay, beta) (T, H); state

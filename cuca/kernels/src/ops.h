@@ -35,6 +35,32 @@ typedef struct {
     ptrdiff_t s0, s1;
 } cuca_rows;
 
+/* block.c: a layer's attention in one call, the kernels of its steps in their order (their bits): q (M, H, hd)
+ * normed (q_norm, weight q_w or none) and roped in place; where k is given (the layer owns K/V), v (may be k)
+ * normed without weight (v_norm) or copied, and k normed (k_norm, weight k_w or none) or copied, into the float32
+ * cache rows pos[0] .. pos[0]+M-1 of each kv head (pos one ascending run), k roped there; then attention of q over
+ * the first n_kv cache positions into out (M, H, hd). k / v: (M, Hkv, hd); caches (Hkv, n_ctx, hd). */
+typedef struct {
+    float *q;
+    cuca_rows qs;
+    const float *k, *v; /* NULL k: the layer reads K/V another layer wrote */
+    cuca_rows ks, vs;
+    const float *q_w, *k_w;
+    int q_norm, k_norm, v_norm;
+    float eps;
+    const int32_t *pos;
+    int n_rot, neox;
+    float freq_base, freq_scale;
+    const float *freq_factors;
+    float *k_cache, *v_cache;
+    int M, H, Hkv, hd, n_ctx, n_kv, window;
+    float scale, softcap;
+    float *out;
+    cuca_rows os;
+    int n_threads;
+} cuca_attn_core_args;
+int cuca_attn_core_f32(const cuca_attn_core_args *a);
+
 /* out = x / sqrt(mean(x^2) + eps) * w (w may be NULL); out may be x. */
 int cuca_rms_norm_f32(const float *x, cuca_rows xs, const float *w, float eps, float *out, cuca_rows os,
                       int64_t n0, int64_t n1, int64_t n, int n_threads);

@@ -1,0 +1,53 @@
+"""The numpy twins of the composite kernels (block.c): their steps' twins one after another."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._ref_ops import _array, _disjoint, _shape, attention, rms_norm, rope
+
+__all__ = ["attention_core"]
+
+
+def attention_core(q, k, v, q_norm, k_norm, v_norm, eps, pos, n_rot, freq_base, neox, freq_factors, freq_scale,
+                   k_cache, v_cache, n_kv, window, scale, softcap, out, n_threads=0) -> None:
+    """A layer's attention in one call: q normed (q_norm False, None or its weight) and roped in place; k / v (None:
+    read the caches only) normed (v_norm False or None; k_norm as q_norm) or copied into the float32 cache rows pos
+    (k roped there); then attention() into out."""
+    fn = "attention_core"
+    q = _array(fn, "q", q, "f", (3,))
+    kc, vc = (_array(fn, n, c, "c", (3,)) for n, c in (("k_cache", k_cache), ("v_cache", v_cache)))
+    pos = _array(fn, "pos", pos, "i", (1,))
+    m, hd = q.shape[0], q.shape[2]
+    if (k is None) != (v is None):
+        raise ValueError(f"{fn}(): k and v must both be given or both None")
+    if kc.dtype != np.float32 or vc.dtype != np.float32:
+        raise TypeError(f"{fn}(): k_cache and v_cache must be float32")
+    if m < 1 or np.any(pos != pos[0] + np.arange(m)) or pos[0] < 0 or pos[0] + m > kc.shape[1]:
+        raise ValueError(f"{fn}(): pos must be one ascending run inside the cache's {kc.shape[1]} positions")
+    if v_norm is not False and v_norm is not None:
+        raise ValueError(f"{fn}(): v_norm must be False or None (a norm without weight)")
+    for name, c in (("k_cache", kc), ("v_cache", vc)):
+        _disjoint(fn, "q", q, name, c)
+        _disjoint(fn, "out", _array(fn, "out", out, "f", (3,)), name, c)
+    rows: list[tuple[Any, np.ndarray]] = []
+    if k is not None:
+        k, v = _array(fn, "k", k, "f", (3,)), _array(fn, "v", v, "f", (3,))
+        _shape(fn, "k", k, (m, kc.shape[0], hd))
+        _shape(fn, "v", v, (m, kc.shape[0], hd))
+        p0 = int(pos[0])
+        rows = [(v_norm, v), (k_norm, k)]  # v first: v may be k's own projection; neither is written
+        dst = [vc[:, p0 : p0 + m, :].transpose(1, 0, 2), kc[:, p0 : p0 + m, :].transpose(1, 0, 2)]
+    if q_norm is not False:
+        rms_norm(q, q_norm, eps, q, n_threads)
+    rope(q, pos, n_rot, freq_base, neox, freq_factors, freq_scale, n_threads)
+    for i, (w, x) in enumerate(rows):
+        y = x.copy()
+        if w is not False:
+            rms_norm(x, w, eps, y, n_threads)
+        if i == 1:
+            rope(y, pos, n_rot, freq_base, neox, freq_factors, freq_scale, n_threads)
+        dst[i][...] = y
+    attention(q, kc, vc, pos, n_kv, window, scale, softcap, out, n_threads)
