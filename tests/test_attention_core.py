@@ -27,7 +27,7 @@ def _setup(rng: np.random.Generator, m: int, h: int, hkv: int, hd: int, p0: int)
             "kc": rng.standard_normal((hkv, n_ctx, hd), dtype=np.float32),
             "vc": rng.standard_normal((hkv, n_ctx, hd), dtype=np.float32),
             "wq": rng.standard_normal(hd, dtype=np.float32), "wk": rng.standard_normal(hd, dtype=np.float32),
-            "pos": np.arange(p0, p0 + m, dtype=np.int32), "ff": rng.uniform(0.5, 2.0, hd // 4).astype(np.float32)}
+            "pos": np.arange(p0, p0 + m, dtype=np.int32), "ff": rng.uniform(0.5, 2.0, hd // 2).astype(np.float32)}
 
 
 def _steps(k: Any, d: dict[str, Any], o: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -55,19 +55,16 @@ def _steps(k: Any, d: dict[str, Any], o: dict[str, Any]) -> tuple[np.ndarray, np
 
 @pytest.mark.parametrize("impl", sorted(IMPLS))
 @pytest.mark.parametrize("shape", M_H_HKV_HD, ids=str)
-@pytest.mark.parametrize("variant", ["gemma4", "gemma4-v-is-k", "llama", "shared", "window-softcap"])
+@pytest.mark.parametrize("variant", ["gemma4", "gemma4-v-is-k", "llama", "llama-v-is-k", "shared", "window-softcap"])
 def test_attention_core_is_the_steps(impl: str, shape: tuple[int, int, int, int], variant: str) -> None:
     k = IMPLS[impl]
     m, h, hkv, hd = shape
     d = _setup(np.random.default_rng(m * 100 + h), m, h, hkv, hd, p0=6)
-    norms = variant.startswith("gemma4") or variant == "window-softcap"
+    norms, llama = not variant.startswith(("llama", "shared")), variant.startswith("llama")
     o = {"q_norm": d["wq"] if norms else False, "k_norm": d["wk"] if norms else False,
-         "v_norm": None if norms else False, "kv": variant != "shared", "v_is_k": variant == "gemma4-v-is-k",
-         "n_rot": hd // 2 if variant == "llama" else hd, "neox": variant != "llama",
-         "ff": d["ff"] if variant == "gemma4" else None, "window": 4 if variant == "window-softcap" else 0,
-         "softcap": 30.0 if variant == "window-softcap" else 0.0}
-    if o["ff"] is not None and o["n_rot"] // 2 != d["ff"].shape[0]:
-        o["ff"] = np.resize(d["ff"], o["n_rot"] // 2).astype(np.float32)
+         "v_norm": None if norms else False, "kv": variant != "shared", "v_is_k": variant.endswith("v-is-k"),
+         "n_rot": hd // 2 if llama else hd, "neox": not llama, "ff": d["ff"] if variant == "gemma4" else None,
+         "window": 4 if variant == "window-softcap" else 0, "softcap": 30.0 if variant == "window-softcap" else 0.0}
     want = _steps(k, d, o)
     q, kc, vc, out = d["q"].copy(), d["kc"].copy(), d["vc"].copy(), np.empty_like(d["q"])
     kk = d["k"] if o["kv"] else None

@@ -444,7 +444,7 @@ def test_mlp_checks_its_arguments() -> None:
         call(dn=packed(m.ffn_down.w[: n_embd - R], wtype, n_ff).reshape(n_embd - R, -1))
     with pytest.raises(ValueError, match="down must be raw, with exactly"):
         call(dn=np.concatenate([m.ffn_down.w, m.ffn_down.w[:R]]), down_packed=False)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="gu has"):  # F32 rows of n_embd floats: not these bytes
         call(gu_wtype=Q.F32)
 
 

@@ -20,6 +20,7 @@ def attention_core(q, k, v, q_norm, k_norm, v_norm, eps, pos, n_rot, freq_base, 
     q = _array(fn, "q", q, "f", (3,))
     kc, vc = (_array(fn, n, c, "c", (3,)) for n, c in (("k_cache", k_cache), ("v_cache", v_cache)))
     pos = _array(fn, "pos", pos, "i", (1,))
+    out = _array(fn, "out", out, "f", (3,))
     m, hd = q.shape[0], q.shape[2]
     if (k is None) != (v is None):
         raise ValueError(f"{fn}(): k and v must both be given or both None")
@@ -31,7 +32,7 @@ def attention_core(q, k, v, q_norm, k_norm, v_norm, eps, pos, n_rot, freq_base, 
         raise ValueError(f"{fn}(): v_norm must be False or None (a norm without weight)")
     for name, c in (("k_cache", kc), ("v_cache", vc)):
         _disjoint(fn, "q", q, name, c)
-        _disjoint(fn, "out", _array(fn, "out", out, "f", (3,)), name, c)
+        _disjoint(fn, "out", out, name, c)
     rows: list[tuple[Any, np.ndarray]] = []
     if k is not None:
         k, v = _array(fn, "k", k, "f", (3,)), _array(fn, "v", v, "f", (3,))

@@ -22,7 +22,7 @@ from .config import float_weight
 from .ops import Mask, Ops, Residual, Rope
 
 __all__ = ["Attention", "AttnSpec", "GatedMLP", "Linear", "Mask", "Ops", "Residual", "Rope", "linear",
-           "next_input_norms", "output_head", "vector"]
+           "next_input_norms", "output_head", "pre_norm_residuals", "vector"]
 
 
 class Linear:
@@ -103,6 +103,14 @@ def next_input_norms(blk: Sequence[Any], output_norm: np.ndarray) -> list[np.nda
     return [b.attn_norm for b in blk[1:]] + [output_norm]
 
 
+def pre_norm_residuals(blk: Sequence[Any], mid_norms: Sequence[np.ndarray], output_norm: np.ndarray,
+                       eps: float) -> list[tuple[Residual, Residual]]:
+    """A pre-norm layer's two residual steps (`Ops.residual`): x += the mixer's output, handing on the layer's second
+    input norm (mid_norms, one per layer); x += the FFN's output, handing on the next layer's input norm."""
+    nxt = next_input_norms(blk, output_norm)
+    return [(Residual(eps, norm_out=m), Residual(eps, norm_out=n)) for m, n in zip(mid_norms, nxt, strict=True)]
+
+
 def vector(f: GGUFFile, name: str, n: int) -> np.ndarray:
     """A 1-D float weight (norms), as contiguous float32 (F32 or F16 only: other types are raw blocks)."""
     return float_weight(f, name, (n,))
@@ -171,9 +179,8 @@ class Attention:
             self.bk = _bias(f, prefix + "attn_k.bias", kv_dim)
             self.bv = _bias(f, prefix + "attn_v.bias", kv_dim) if self.attn_v is not None else None
         # the steps from the projections to the attention output can run as one `Ops.attention_core` call: no gate
-        # and no biases (a K/V-owning layer without attn_v and without norms copies k before roping it: the steps)
-        self.one_call = not s.gated and self.bq is None and (
-            not owns_kv or (self.bk is None and self.bv is None and (self.attn_v is not None or s.qk_norm or s.v_norm)))
+        # and no biases
+        self.one_call = not s.gated and self.bq is None and (not owns_kv or (self.bk is None and self.bv is None))
 
     def query(self, ops: Ops, h: np.ndarray, positions: np.ndarray,
               y: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:

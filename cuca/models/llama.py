@@ -18,19 +18,7 @@ from ..gguf import GGUFFile
 from .batch import Batch, Decoder
 from .cache import KVCache
 from .config import context_length, dim, eps, head_counts, layer_count, rope_base, rope_dims, rope_scale
-from .layers import (
-    Attention,
-    AttnSpec,
-    GatedMLP,
-    Mask,
-    Ops,
-    Residual,
-    Rope,
-    linear,
-    next_input_norms,
-    output_head,
-    vector,
-)
+from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Rope, linear, output_head, pre_norm_residuals, vector
 
 
 @dataclass(frozen=True)
@@ -117,10 +105,7 @@ class Model(Decoder):
         self.blk = [Block(f, c, i, o) for i in range(c.n_layer)]
         self.output_norm = vector(f, "output_norm.weight", c.n_embd)
         self.output = output_head(f, self.token_embd)
-        # each residual add hands on the next sub-block's input norm: x += attn; h = norm(x) for the MLP, and so on
-        nxt = next_input_norms(self.blk, self.output_norm)
-        self.res = [(Residual(c.eps, norm_out=b.ffn_norm), Residual(c.eps, norm_out=n))
-                    for b, n in zip(self.blk, nxt, strict=True)]
+        self.res = pre_norm_residuals(self.blk, [b.ffn_norm for b in self.blk], self.output_norm, c.eps)
 
     def make_cache(self, n_ctx: int) -> KVCache:
         c = self.c

@@ -159,7 +159,7 @@ class Ops:
         steps, which run otherwise."""
         f = (packing.fused(self.k, [m.ffn_gate, m.ffn_up], self.threads, self.arena)
              if self.fuse_projections and type(self).matmul is Ops.matmul and hasattr(self.k, "mlp") else None)
-        if f is None or len(f.ws) != 2:
+        if f is None:
             g, u = self.matmuls([m.ffn_gate, m.ffn_up], x)
             self.act_mul(m.act, g, u, g)
             return self.matmul(m.ffn_down, g)
@@ -242,9 +242,8 @@ class Ops:
             k = ys[1].reshape(m, s.n_head_kv, s.head_dim)
             v = ys[2].reshape(m, s.n_head_kv, s.head_dim) if len(ys) > 2 else k
         out = self.empty((m, s.n_head, s.head_dim))
-        no = False
-        self.k.attention_core(q, k, v, attn.attn_q_norm if s.qk_norm else no,
-                              attn.attn_k_norm if s.qk_norm and k is not None else no, None if s.v_norm else no,
+        self.k.attention_core(q, k, v, attn.attn_q_norm if s.qk_norm else False,
+                              attn.attn_k_norm if s.qk_norm and k is not None else False, None if s.v_norm else False,
                               s.eps, sq.positions, r.n_rot, r.base, r.neox, r.freq_factors, r.scale, kc, vc,
                               sq.pos0 + sq.m, attn.mask.window, attn.mask.scale, attn.mask.softcap, out, self.threads)
         return out.reshape(m, -1)

@@ -43,12 +43,11 @@ from .layers import (
     Linear,
     Mask,
     Ops,
-    Residual,
     Rope,
     coarse_copy,
     linear,
-    next_input_norms,
     output_head,
+    pre_norm_residuals,
     vector,
 )
 
@@ -244,10 +243,7 @@ class Model(Decoder):
         ]
         self.output_norm = vector(f, "output_norm.weight", c.n_embd)
         self.output = output_head(f, self.token_embd)
-        # x += mixer; h = norm(x) for the FFN; x += ffn; h = the next layer's input norm (one kernel call each)
-        nxt = next_input_norms(self.blk, self.output_norm)
-        self.res = [(Residual(c.eps, norm_out=b.post_attention_norm), Residual(c.eps, norm_out=n))
-                    for b, n in zip(self.blk, nxt, strict=True)]
+        self.res = pre_norm_residuals(self.blk, [b.post_attention_norm for b in self.blk], self.output_norm, c.eps)
         self.mtp: MTPHead | None = (
             MTPHead(f, c, self.token_embd, self.output_norm) if c.n_nextn > 0 else None
         )
