@@ -16,19 +16,7 @@ from ..gguf import GGUFFile
 from .batch import Batch, Decoder
 from .cache import KVCache
 from .config import F32_MAX, INT32_MAX, context_length, dim, eps, head_counts, layer_count, opt, rope_base, rope_scale
-from .layers import (
-    Attention,
-    AttnSpec,
-    GatedMLP,
-    Mask,
-    Ops,
-    Residual,
-    Rope,
-    linear,
-    next_input_norms,
-    output_head,
-    vector,
-)
+from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Rope, linear, output_head, sandwich_residuals, vector
 
 
 @dataclass(frozen=True)
@@ -112,10 +100,7 @@ class Model(Decoder):
         self.blk = [Block(f, c, i) for i in range(c.n_layer)]
         self.output_norm = vector(f, "output_norm.weight", c.n_embd)
         self.output = output_head(f, self.token_embd)
-        # sandwich norms: x += norm(attn); h = norm(x) for the MLP; x += norm(mlp); h = the next block's input norm
-        nxt = next_input_norms(self.blk, self.output_norm)
-        self.res = [(Residual(c.eps, b.post_attention_norm, b.ffn_norm), Residual(c.eps, b.post_ffw_norm, n))
-                    for b, n in zip(self.blk, nxt, strict=True)]
+        self.res = sandwich_residuals(self.blk, self.output_norm, c.eps)
 
     def make_cache(self, n_ctx: int) -> KVCache:
         c = self.c

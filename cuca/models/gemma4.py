@@ -10,7 +10,6 @@ used as stored (`x̂·w`, no `1 + w`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,19 +34,7 @@ from .config import (
     rope_base,
     rope_dims,
 )
-from .layers import (
-    Attention,
-    AttnSpec,
-    GatedMLP,
-    Mask,
-    Ops,
-    Residual,
-    Rope,
-    linear,
-    next_input_norms,
-    output_head,
-    vector,
-)
+from .layers import Attention, AttnSpec, GatedMLP, Mask, Ops, Rope, linear, output_head, sandwich_residuals, vector
 
 
 @dataclass(frozen=True)
@@ -174,22 +161,6 @@ class Block(QueryLayer):
             self.post_norm = vector(f, p + "post_norm.weight", c.n_embd)
 
 
-def residuals(blk: Sequence[QueryLayer], output_norm: np.ndarray, eps: float) -> list[tuple[Residual, ...]]:
-    """Each layer's residual steps (`Ops.residual`), the sandwich norms of a Gemma 4 layer or drafter layer: after
-    attention (x += norm(attn); the MLP's input norm), after the MLP, and after the PLE gate where the layer has one
-    (post_norm); a layer's last add takes its output scale and hands on the next layer's input norm (output_norm
-    after the last layer)."""
-    nxt = next_input_norms(blk, output_norm)
-    out: list[tuple[Residual, ...]] = []
-    for b, n in zip(blk, nxt, strict=True):
-        after_attn, s = Residual(eps, b.post_attention_norm, b.ffn_norm), float(b.out_scale)
-        if b.post_norm is not None:
-            out.append((after_attn, Residual(eps, b.post_ffw_norm), Residual(eps, b.post_norm, n, s)))
-        else:
-            out.append((after_attn, Residual(eps, b.post_ffw_norm, n, s)))
-    return out
-
-
 class Model(Decoder):
     arch = "gemma4"
 
@@ -210,7 +181,7 @@ class Model(Decoder):
         self.blk = [Block(f, c, il, self.rope_freqs) for il in range(c.n_layer)]
         self.output_norm = vector(f, "output_norm.weight", c.n_embd)
         self.output = output_head(f, self.token_embd)
-        self.res = residuals(self.blk, self.output_norm, c.eps)
+        self.res = sandwich_residuals(self.blk, self.output_norm, c.eps)
 
     def make_cache(self, n_ctx: int) -> KVCache:
         """K/V memory only for the layers that own K/V (the first `first_shared`)."""

@@ -19,9 +19,9 @@ from ..gguf import GGUFFile
 from ..sampling import top_ids
 from .cache import KVCache
 from .config import dim, opt
-from .gemma4 import Config, QueryLayer, attn_spec, residuals, rope_freqs_of
+from .gemma4 import Config, QueryLayer, attn_spec, rope_freqs_of
 from .gemma4 import Model as Target
-from .layers import RESCORE, Attention, Linear, Ops, coarse_copy, linear, vector
+from .layers import RESCORE, Attention, Linear, Ops, coarse_copy, linear, sandwich_residuals, vector
 from .layers import requantize as to_q8_0
 
 
@@ -130,7 +130,7 @@ class Assistant:
         self.pre_projection = linear(f, "nextn.pre_projection.weight", c.n_embd, 2 * self.n_embd_out)
         self.post_projection = linear(f, "nextn.post_projection.weight", self.n_embd_out, c.n_embd)
         self.blk = [Block(f, c, il, target, self.rope_freqs) for il in range(c.n_layer)]
-        self.res = residuals(self.blk, self.output_norm, c.eps)
+        self.res = sandwich_residuals(self.blk, self.output_norm, c.eps)
         has_centroids = centroid_layout(f) is not None
         self.centroid_head = CentroidHead(f, self.token_embd, c.n_vocab, c.n_embd) if has_centroids else None
         if coarse is None:

@@ -22,7 +22,7 @@ from .config import float_weight
 from .ops import Mask, Ops, Residual, Rope
 
 __all__ = ["Attention", "AttnSpec", "GatedMLP", "Linear", "Mask", "Ops", "Residual", "Rope", "linear",
-           "next_input_norms", "output_head", "pre_norm_residuals", "vector"]
+           "next_input_norms", "output_head", "pre_norm_residuals", "sandwich_residuals", "vector"]
 
 
 class Linear:
@@ -109,6 +109,21 @@ def pre_norm_residuals(blk: Sequence[Any], mid_norms: Sequence[np.ndarray], outp
     input norm (mid_norms, one per layer); x += the FFN's output, handing on the next layer's input norm."""
     nxt = next_input_norms(blk, output_norm)
     return [(Residual(eps, norm_out=m), Residual(eps, norm_out=n)) for m, n in zip(mid_norms, nxt, strict=True)]
+
+
+def sandwich_residuals(blk: Sequence[Any], output_norm: np.ndarray, eps: float) -> list[tuple[Residual, ...]]:
+    """A sandwich-norm layer's residual steps (Gemma 3, Gemma 4 and its drafter): x += post_attention_norm(attn),
+    handing on ffn_norm; x += post_ffw_norm(mlp); and where the layer has a PLE gate (`post_norm` set), x +=
+    post_norm(gate). The last add takes the layer's `out_scale` where it has one and hands on the next layer's input
+    norm (output_norm after the last layer)."""
+    out: list[tuple[Residual, ...]] = []
+    for b, n in zip(blk, next_input_norms(blk, output_norm), strict=True):
+        after_attn, s = Residual(eps, b.post_attention_norm, b.ffn_norm), float(getattr(b, "out_scale", 1.0))
+        if getattr(b, "post_norm", None) is not None:
+            out.append((after_attn, Residual(eps, b.post_ffw_norm), Residual(eps, b.post_norm, n, s)))
+        else:
+            out.append((after_attn, Residual(eps, b.post_ffw_norm, n, s)))
+    return out
 
 
 def vector(f: GGUFFile, name: str, n: int) -> np.ndarray:
