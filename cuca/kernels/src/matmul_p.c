@@ -37,13 +37,19 @@ __attribute__((constructor)) static void pk_pf_init(void) {
     cuca_pk_pf = pk_pf_env(__builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f") ? 8192 : 2048);
 }
 #elif defined(CUCA_AVX512)
-/* the fewest x rows at which the 32-block kernel prefetches, by the CPU (packed.h says why); its prefetch distance
- * and one prefetch per pk_pf_step bytes (64: every line), both bytes, CUCA_PK_PF_STEP may override the step; set
- * once at load */
-static int pk_pf_rows = 1, pk_pf_dist = PK_PF, pk_pf_step = 64;
+/* the fewest x rows at which the 32-block kernel prefetches, by the CPU and format (packed.h says why: Q8_0 in
+ * pk_pf_rows8, the 4- and 5-bit formats in pk_pf_rows; CUCA_PK_PF_ROWS may set both); its prefetch distance and one
+ * prefetch per pk_pf_step bytes (64: every line), both bytes, CUCA_PK_PF_STEP may override the step; set once at
+ * load */
+static int pk_pf_rows = 1, pk_pf_rows8 = 1, pk_pf_dist = PK_PF, pk_pf_step = 64;
 __attribute__((constructor)) static void pk_pf_init(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_is("amd")) pk_pf_rows = 3;
+    if (__builtin_cpu_is("amd")) {
+        pk_pf_rows = 2;
+        pk_pf_rows8 = 3;
+    }
+    const char *pr = getenv("CUCA_PK_PF_ROWS");
+    if (pr && atoi(pr) >= 1 && atoi(pr) <= 17) pk_pf_rows = pk_pf_rows8 = atoi(pr);
     pk_pf_dist = pk_pf_env(PK_PF);
     const char *st = getenv("CUCA_PK_PF_STEP");
     const int k = st ? atoi(st) : 0;
@@ -186,7 +192,7 @@ static inline __attribute__((always_inline)) void pk_group(const int wt, const u
              * Q8_0 M = 4 at 1.11x, whole decode 1.06-1.09x; moving, spacing or re-hinting the straight ones, the
              * run-time distance alone or the test alone gave none of it. A code-generation effect whose cause is
              * not known: recheck it when the compiler changes (benchmarks/bench_kernels.py --cold-mb 1024). */
-            if (nr >= pk_pf_rows) {
+            if (nr >= (wt == GT_Q8_0 ? pk_pf_rows8 : pk_pf_rows)) {
                 /* from the block's codes to the next block's, so every line of a record is covered; Q4_1 / Q5_1
                  * (2 scale lines per record of 2 blocks): a record's first block from its scales, else each
                  * record's second scale line went unfetched. On 4 KiB pages that line missed to DRAM every 640 / 768

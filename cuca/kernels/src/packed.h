@@ -16,11 +16,16 @@
  * the AVX2 build keeps 2 KiB: whole decode 1.05-1.06x the speed of 8 KiB on E2B, 1.01-1.08x on Qwen 3.5 (medians
  * of 3 interleaved process pairs, two runs each), 1.02-1.08x on Gemma 3 (2 pairs); the E2B head (Q6_K) 0.90x the time
  * and its Q4_0 FFN 0.94x (2 threads, cuca vs cuca). Raw rows (R streams at once)
- * are prefetched CUCA_PREFETCH ahead. On AMD the AVX-512 32-block kernel (matmul_p.c) prefetches only when it reads
- * 3 or more x rows: at 1-2 rows (Zen 4) its few instructions per line keep enough loads in flight, and the prefetches
- * only take miss buffers (M = 1: Q4_0 12288x1536 1 thread 19.0 -> 27.2 GB/s, 2 threads 37.7 -> 42.0 at 6144x1536; Q8_0
- * 3584x1024 2 threads 32.3 -> 40.2; M = 2: Q4_0 1 thread 25.2 -> 27.9, Q8_0 2 threads 23.4 -> 25.2; cold,
- * interleaved with a read probe). At 4 rows it needs them (Q4_0, 1 thread: 13.7 GB/s without, 19.1 with), as do
+ * are prefetched CUCA_PREFETCH ahead. On AMD the AVX-512 32-block kernel (matmul_p.c) prefetches only from 2 x rows
+ * on for the 4- and 5-bit formats and from 3 for Q8_0: at 1 row (Zen 4) its few instructions per line keep enough
+ * loads in flight, and the prefetches only take miss buffers (M = 1: Q4_0 12288x1536 1 thread 19.0 -> 27.2 GB/s, 2
+ * threads 37.7 -> 42.0 at 6144x1536; Q8_0 3584x1024 2 threads 32.3 -> 40.2; cold, interleaved with a read probe; Q8_0
+ * 65536x1024 in huge pages, 2 threads: 1.36x the time with them at 4 KiB), as at 2 rows of Q8_0 (1.26x the time with
+ * them where memory ran fast, 65536x1024). 2 rows of the denser formats fell behind without them where memory ran fast
+ * (~55 GB/s read, 2 threads, 65536x2048 in huge pages: Q4_0 0.80x the time with them, Q5_1 0.75x; on par to 1.07x
+ * where it ran slow, ~34 GB/s): E2B M = 2 passes 0.94x the time (0.92x in the faster half; M = 1, 3, 4 and
+ * SmolLM2 / Gemma 3 passes on par; cuca vs cuca in one process). At 4 rows it needs them (Q4_0, 1 thread: 13.7 GB/s
+ * without, 19.1 with), as do
  * the heavier AVX2 and Q6_K kernels at 1 row (AVX2 Q4_0 1 thread 22.4 with, 18.9 without; AVX-512 Q6_K 20.5 with,
  * 16.5 without). Intel (Sapphire Rapids) needs them at every row count: M = 1, 2 threads, cold, Q4_0 17-18 -> 27
  * GB/s, Q8_0 24-25 -> 30; whole decode 1.26-1.46x the speed on Gemma 4 E2B and 1.14-1.39x on Qwen 3.5 0.8B (2
