@@ -89,8 +89,22 @@ class Ops:
     def __init__(self, threads: int = 0, impl: ModuleType | None = None):
         self.k: ModuleType = impl if impl is not None else kernels.impl
         self.threads = threads
+        self._c_paths: tuple[Any, dict[str, bool]] = (None, {})
         self._ones = np.ones((0, 0), np.float32)
         self.arena = packing.Arena()  # the packed weights' memory (huge pages where the system has them)
+
+    def _c_path(self, kernel: str, steps: tuple[str, ...]) -> bool:
+        """Whether the one C call `kernel` may stand for the methods `steps`: the kernel module has it and this class
+        keeps Ops' own steps. Checked once per kernel module (hundreds of calls a pass ask)."""
+        k, known = self._c_paths
+        if k is not self.k:
+            known = {}
+            self._c_paths = (self.k, known)
+        ok = known.get(kernel)
+        if ok is None:
+            ok = hasattr(self.k, kernel) and all(getattr(type(self), n) is getattr(Ops, n) for n in steps)
+            known[kernel] = ok
+        return ok
 
     # ---- arrays (float32, rows first) --------------------------------------------------------------------
     def empty(self, shape: tuple[int, ...]) -> np.ndarray:
@@ -187,7 +201,7 @@ class Ops:
         """x (M, n) += y (normed where r says), then scaled, in place; returns rms_norm(x) * r.norm_out (M, n), or
         scratch where r.norm_out is False. One kernel call on the C backend (the bits of the steps one by one);
         a backend with its own rms_norm gets the steps."""
-        if type(self).rms_norm is not Ops.rms_norm or not hasattr(self.k, "residual_norm"):
+        if not self._c_path("residual_norm", ("rms_norm",)):
             return self._residual_steps(x, y, r)
         out = self.empty(x.shape)
         self.k.residual_norm(x, y, r.norm_y, r.norm_out, r.eps, r.scale, out, self.threads)
@@ -229,8 +243,7 @@ class Ops:
         and attn_v's where it owns K/V) for the rows of one sequence `sq` -> (M, n_head * hd): q / k / v norms, RoPE,
         the K/V rows stored, attention, in one kernel call (the bits of the steps). None where this backend or the
         cache cannot (a backend with its own kernels, a float16 cache): the caller takes the steps."""
-        if any(getattr(type(self), n) is not getattr(Ops, n) for n in ("attention", "rms_norm", "rope")) or \
-                not hasattr(self.k, "attention_core"):
+        if not self._c_path("attention_core", ("attention", "rms_norm", "rope")):
             return None
         kc, vc = sq.cache.k[attn.slot], sq.cache.v[attn.slot]
         if not (isinstance(kc, np.ndarray) and kc.dtype == np.float32 and vc.dtype == np.float32):
