@@ -172,7 +172,7 @@ class Ops:
         "gelu"). One kernel call where the C backend packs gate and up into one buffer (`matmuls`): the bits of the
         steps, which run otherwise."""
         f = (packing.fused(self.k, [m.ffn_gate, m.ffn_up], self.threads, self.arena)
-             if self.fuse_projections and type(self).matmul is Ops.matmul and hasattr(self.k, "mlp") else None)
+             if self.fuse_projections and self._c_path("mlp", ("matmul", "matmuls", "act_mul")) else None)
         if f is None:
             g, u = self.matmuls([m.ffn_gate, m.ffn_up], x)
             self.act_mul(m.act, g, u, g)

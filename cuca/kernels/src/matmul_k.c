@@ -426,6 +426,7 @@ int cuca_tile_k(int wtype, cuca_tile_fn *fn, int *tile) {
         switch (nr) { KP_CASE(tile, 1) KP_CASE(tile, 2) KP_CASE(tile, 3) KP_CASE(tile, 4) KP_CASE(tile, 5)       \
                       KP_CASE(tile, 6) KP_CASE(tile, 7) KP_CASE(tile, 8) default: break; }                       \
     }
+KP_ROW(k6p_row, k6p_tile)
 #define K6_CASE(n) case n: k6p_tile2(g, rb, A, m0, n, out, ldo); break;
 /* a packed Q6_K group of nv <= 2 rows for the x rows m0 .. m0+nr-1: both rows at once up to 4 x rows (k6p_tile2),
  * else one row at a time */
@@ -436,10 +437,7 @@ static void k6p_group(const uint8_t *g, int64_t nb, const cuca_act *A, int64_t m
         switch (nr) { K6_CASE(1) K6_CASE(2) K6_CASE(3) K6_CASE(4) default: break; }
         return;
     }
-    for (int i = 0; i < nv; i++, g += rb, out++)
-        switch (nr) { KP_CASE(k6p_tile, 1) KP_CASE(k6p_tile, 2) KP_CASE(k6p_tile, 3) KP_CASE(k6p_tile, 4)
-                      KP_CASE(k6p_tile, 5) KP_CASE(k6p_tile, 6) KP_CASE(k6p_tile, 7) KP_CASE(k6p_tile, 8)
-                      default: break; }
+    for (int i = 0; i < nv; i++) k6p_row(g + (size_t)i * rb, nb, A, m0, nr, out + i, ldo, 1);
 }
 KP_ROW(k5p_row, k5p_tile)
 
