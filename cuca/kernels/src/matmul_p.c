@@ -30,11 +30,20 @@ static int pk_pf_env(int dflt) {
 #endif
 
 #if defined(CUCA_AVX2)
-/* the prefetch distance of the CPU the AVX2 build runs on (packed.h says why), set once at load */
-int cuca_pk_pf = 2048;
+/* the prefetch distance of the CPU the AVX2 build runs on (packed.h says why), set once at load. cuca_pk_pf_near
+ * (PK_PF_AT's light loops; CUCA_PK_PF_NEAR may set it): on Zen 2 768 bytes instead of 2 KiB ran 1 x row of Q8_0 /
+ * Q4_0 / Q4_1 / Q4_K at 0.84-0.87x the time and 2 of Q8_0 / Q4_K at 0.87-0.90x (65536 x 1024-1536 in huge pages, 2
+ * threads, from memory; 512-1024 alike, 1280 on par for Q8_0), while Q5_0 / Q5_1 at 1 row (already 30 GB/s of 35),
+ * Q4_0 / Q4_1 at 2 and Q6_K lost 4-50% with it; whole passes at M = 1 0.847x the time (Qwen 3.5 0.8B Q8_0), 0.904x
+ * (Gemma 4 E2B), 0.887x (Gemma 3 270M), 0.908x (SmolLM2), M = 2 0.93-1.01x, M = 4 on par (cuca vs cuca, alternated in
+ * one process, same bits). Other CPUs keep cuca_pk_pf there: not measured. */
+int cuca_pk_pf = 2048, cuca_pk_pf_near = 2048;
 __attribute__((constructor)) static void pk_pf_init(void) {
     __builtin_cpu_init();
     cuca_pk_pf = pk_pf_env(__builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f") ? 8192 : 2048);
+    const char *e = getenv("CUCA_PK_PF_NEAR");
+    const int d = e ? atoi(e) : 0;
+    cuca_pk_pf_near = d >= 256 && d <= 65536 ? d : __builtin_cpu_is("znver2") ? 768 : cuca_pk_pf;
 }
 #elif defined(CUCA_AVX512)
 /* the fewest x rows at which the 32-block kernel prefetches, by the CPU and format (packed.h says why: Q8_0 in
@@ -365,7 +374,7 @@ static inline __attribute__((always_inline)) void pk_rblock(const int wt, const 
                                                             int64_t b, const int nr, pk_tile8 *T) {
     const int cb = 32 * PK_NT(wt), hm = Q32_HASMIN(wt);
     #pragma GCC unroll 8
-    for (int o = 0; o <= cb; o += 64) _mm_prefetch((const char *)cv + PK_PF + o, _MM_HINT_T1);
+    for (int o = 0; o <= cb; o += 64) _mm_prefetch((const char *)cv + PK_PF_AT(wt, nr) + o, _MM_HINT_T1);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc));
     if (wt == GT_Q8_0) {
         pk_block8(cv, dw, b, nr, T);

@@ -147,7 +147,7 @@ static inline __attribute__((always_inline)) void p4_group(const uint8_t *g, int
         } else {
             const uint8_t *v = g + (size_t)sb * P4_SB;
             #pragma GCC unroll 18
-            for (int o = 0; o < P4_SB; o += 64) _mm_prefetch((const char *)v + PK_PF + o, _MM_HINT_T1);
+            for (int o = 0; o < P4_SB; o += 64) _mm_prefetch((const char *)v + PK_PF_AT(GT_Q4_K, nr) + o, _MM_HINT_T1);
             p4_sb(v, sb, nr, q, bs, d, acc, accm);
         }
     }
