@@ -55,23 +55,25 @@ int cuca_p4k_pack(const void *w, int64_t n_out, int64_t n_in, void *dst) {
 #define P4_T 4
 
 /* The 8 groups' 6-bit scales sc[j] and mins mn[j] as int16 pairs (v, v) per row lane, from dwords d0..d2 of the
- * rows' 12 scale bytes (the K-quant packing: k4_scales in qmatmul.h) */
+ * rows' 12 scale bytes (the K-quant packing: k4_scales in qmatmul.h). One pshufb puts byte j of each lane in both of
+ * its int16 halves: 13 operations per j instead of 22 by shifts and ors; the same bits, Q4_K 512 x 1536 one thread
+ * 0.85-0.93x the time at M = 1-4, the report's all-Q4_K model 0.98 / 0.98 / 0.96 / 0.94x per pass at M = 1 / 2 / 4 /
+ * 8, Gemma 3 270M on par (AVX2 Zen 2, 2 threads, cuca vs cuca alternated in one process). */
 static inline __attribute__((always_inline)) void p4_scales(const uint8_t *v, __m256i *sc, __m256i *mn) {
     const __m256i d0 = _mm256_loadu_si256((const __m256i *)v), d1 = _mm256_loadu_si256((const __m256i *)(v + 32));
     const __m256i d2 = _mm256_loadu_si256((const __m256i *)(v + 64));
-    const __m256i m6 = _mm256_set1_epi32(63), m4 = _mm256_set1_epi32(15), hi2 = _mm256_set1_epi32(0x30);
+    const __m256i m6 = _mm256_set1_epi16(63), m4 = _mm256_set1_epi16(15), hi2 = _mm256_set1_epi16(0x30);
     #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        const __m256i s = _mm256_and_si256(_mm256_srli_epi32(d0, 8 * j), m6);
-        const __m256i m = _mm256_and_si256(_mm256_srli_epi32(d1, 8 * j), m6);
-        const __m256i s4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(d2, 8 * j), m4),
-                                           _mm256_and_si256(_mm256_srli_epi32(d0, 8 * j + 2), hi2));
-        const __m256i n4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(d2, 8 * j + 4), m4),
-                                           _mm256_and_si256(_mm256_srli_epi32(d1, 8 * j + 2), hi2));
-        sc[j] = _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
-        mn[j] = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
-        sc[j + 4] = _mm256_or_si256(s4, _mm256_slli_epi32(s4, 16));
-        mn[j + 4] = _mm256_or_si256(n4, _mm256_slli_epi32(n4, 16));
+    for (int j = 0; j < 4; j++) { /* byte j of each lane's dword into both of its int16 halves (high bytes 0) */
+        const __m256i lane = _mm256_setr_epi32(0, 0x40004, 0x80008, 0xC000C, 0, 0x40004, 0x80008, 0xC000C);
+        const int cj = (int)(0x80008000u | (unsigned)j << 16 | (unsigned)j); /* bytes j, zero, j, zero */
+        const __m256i sel = _mm256_add_epi8(_mm256_set1_epi32(cj), lane);
+        const __m256i x0 = _mm256_shuffle_epi8(d0, sel), x1 = _mm256_shuffle_epi8(d1, sel);
+        const __m256i x2 = _mm256_shuffle_epi8(d2, sel);
+        sc[j] = _mm256_and_si256(x0, m6);
+        mn[j] = _mm256_and_si256(x1, m6);
+        sc[j + 4] = _mm256_or_si256(_mm256_and_si256(x2, m4), _mm256_and_si256(_mm256_srli_epi16(x0, 2), hi2));
+        mn[j + 4] = _mm256_or_si256(_mm256_srli_epi16(x2, 4), _mm256_and_si256(_mm256_srli_epi16(x1, 2), hi2));
     }
 }
 
