@@ -91,7 +91,7 @@ static inline __attribute__((always_inline)) void p4_sb(const uint8_t *v, int64_
     for (int r = 0; r < nr; r++) isum[r] = _mm256_setzero_si256();
     #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) { /* group j: values 32j.., the low (even j) or high nibbles of chunk j / 2 */
-        __m256i p[P4_T], p2[P4_T];
+        __m256i p[P4_T];
         #pragma GCC unroll 8
         for (int t = 0; t < 8; t++) {
             const __m256i c = _mm256_loadu_si256((const __m256i *)(v + 128 + 32 * (8 * (j >> 1) + t)));
@@ -99,15 +99,10 @@ static inline __attribute__((always_inline)) void p4_sb(const uint8_t *v, int64_
             #pragma GCC unroll 4
             for (int r = 0; r < nr; r++) {
                 const __m256i x = _mm256_maddubs_epi16(u, _mm256_set1_epi32(ld_i32(q[r] + QKK * sb + 32 * j + 4 * t)));
-                /* 1 x row: the odd t in a second sum (two chains of 4 adds instead of one of 8; exact int16 sums
-                 * in any order): Q4_K 0.97-0.98x the time at M = 1 (one thread in cache, 2 threads from memory, the
-                 * all-Q4_K model's pass; Zen 2), M = 2 and 4 on par */
-                __m256i *ps = nr == 1 && (t & 1) ? p2 : p;
-                ps[r] = (nr == 1 ? t < 2 : t == 0) ? x : _mm256_add_epi16(ps[r], x);
+                p[r] = t ? _mm256_add_epi16(p[r], x) : x;
                 if (nr > 1) PK_KEEP(p[r]);
             }
         }
-        if (nr == 1) p[0] = _mm256_add_epi16(p[0], p2[0]);
         #pragma GCC unroll 4
         for (int r = 0; r < nr; r++) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p[r], sc[j]));
     }
