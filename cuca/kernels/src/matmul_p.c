@@ -31,12 +31,12 @@ static int pk_pf_env(int dflt) {
 
 #if defined(CUCA_AVX2)
 /* the prefetch distance of the CPU the AVX2 build runs on (packed.h says why), set once at load. cuca_pk_pf_near
- * (PK_PF_AT's light loops; CUCA_PK_PF_NEAR may set it): on Zen 2 768 bytes instead of 2 KiB ran 1 x row of Q8_0 /
- * Q4_0 / Q4_1 / Q4_K at 0.84-0.87x the time and 2 of Q8_0 / Q4_K at 0.87-0.90x (65536 x 1024-1536 in huge pages, 2
- * threads, from memory; 512-1024 alike, 1280 on par for Q8_0), while Q5_0 / Q5_1 at 1 row (already 30 GB/s of 35),
- * Q4_0 / Q4_1 at 2 and Q6_K lost 4-50% with it; whole passes at M = 1 0.847x the time (Qwen 3.5 0.8B Q8_0), 0.904x
- * (Gemma 4 E2B), 0.887x (Gemma 3 270M), 0.908x (SmolLM2), M = 2 0.93-1.01x, M = 4 on par (cuca vs cuca, alternated in
- * one process, same bits). Other CPUs keep cuca_pk_pf there: not measured. */
+ * (PK_PF_AT's light loops; CUCA_PK_PF_NEAR may set it): on Zen 2 768 bytes instead of 2 KiB ran 1 x row of Q8_0 / Q4_0
+ * / Q4_1 / Q4_K at 0.82-0.87x the time and 2 of Q8_0 / Q4_K at 0.85-0.90x (65536 x 1024-1536 in huge pages, 2 threads,
+ * from memory; 512-1024 alike, 1280 on par for Q8_0), while Q5_0 / Q5_1 at 1 row (already 30 GB/s of 35) lost 4-10%
+ * with 768-1024, Q4_0 / Q4_1 at 2 rows 7-13% and Q6_K 13-50% with 512-1024; whole passes at M = 1 0.847x the time
+ * (Qwen 3.5 0.8B Q8_0), 0.904x (Gemma 4 E2B), 0.887x (Gemma 3 270M), 0.908x (SmolLM2), M = 2 0.93-1.01x, M = 4 on par
+ * (cuca vs cuca, alternated in one process, same bits). Other CPUs keep cuca_pk_pf there: not measured. */
 int cuca_pk_pf = 2048, cuca_pk_pf_near = 2048;
 __attribute__((constructor)) static void pk_pf_init(void) {
     __builtin_cpu_init();
