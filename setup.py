@@ -5,7 +5,8 @@ CUCA_ISA picks the SIMD path, so every path can be built, tested and benchmarked
   avx512: -march=native (this CPU must have the AVX-512 subsets the kernels use, qmatmul.h);
   avx2: -march=native with AVX-512 off (the AVX2 + FMA + F16C kernels);
   portable: no -march (the portable C kernels).
-CUCA_NATIVE=0 (the older switch) means CUCA_ISA=portable. `cuca.kernels._ckernels.ISA` reports the path built.
+CUCA_NATIVE=0 (the older switch) means CUCA_ISA=portable. CUCA_PK_NTA=0 / 1 sets the packed kernels' weight
+prefetch hint (packed.h; default: by the CPU). `cuca.kernels._ckernels.ISA` reports the path built.
 """
 
 import os
@@ -26,6 +27,11 @@ cflags = ["-O3", "-std=c11", "-pthread", "-ffp-contract=off", "-fno-math-errno",
 cflags += ISA_FLAGS[isa]
 # the requested path, checked at compile time in isa.c (an avx512 build on a CPU without it fails there)
 macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")] + ([("CUCA_ISA_WANT", isa)] if isa != "native" else [])
+nta = os.environ.get("CUCA_PK_NTA", "").strip()
+if nta:
+    if nta not in ("0", "1"):
+        raise SystemExit(f"CUCA_PK_NTA={nta!r}: expected 0 or 1")
+    macros.append(("CUCA_PK_NTA", nta))
 
 setup(
     ext_modules=[

@@ -72,7 +72,7 @@ static inline __attribute__((always_inline)) void pk16_group(const uint8_t *g, i
         for (int j = 0; j < kk; j++) {
             const uint8_t *cv = rec + sl * kk + cb * j;
             #pragma GCC unroll 8
-            for (int o = 0; o <= cb; o += 64) _mm_prefetch((const char *)cv + PK_PF_AT(GT_Q4_0, nr) + o, _MM_HINT_T1);
+            for (int o = 0; o <= cb; o += 64) PK_PREFETCH(cv + PK_PF_AT(GT_Q4_0, nr) + o);
             pk16_block(cv, rec + sl * j, b0 + j, nr, &T0, &T1);
         }
     }

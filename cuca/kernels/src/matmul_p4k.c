@@ -139,7 +139,7 @@ static inline __attribute__((always_inline)) void p4_group(const uint8_t *g, int
             const uint8_t *cb = g + (size_t)sb * P4_BYTES;
             /* the next group of rows a slice per superblock (matmul_p6.c: R raw streams leave the prefetchers behind) */
             const uint8_t *nx = g + (size_t)PK_R * rb + (size_t)sb * PK_R * P4_BYTES;
-            for (int o = 0; o < PK_R * P4_BYTES; o += 64) _mm_prefetch((const char *)nx + o, _MM_HINT_T1);
+            for (int o = 0; o < PK_R * P4_BYTES; o += 64) PK_PREFETCH(nx + o);
             p4_raw_d(buf, cb, rb, nv, 8);
             __m256i t[4];
             pk_rows8(cb + 4, rb, nv, t); /* the 12 scale bytes (and 4 code bytes, unused) */
@@ -149,7 +149,7 @@ static inline __attribute__((always_inline)) void p4_group(const uint8_t *g, int
         } else {
             const uint8_t *v = g + (size_t)sb * P4_SB;
             #pragma GCC unroll 18
-            for (int o = 0; o < P4_SB; o += 64) _mm_prefetch((const char *)v + PK_PF_AT(GT_Q4_K, nr) + o, _MM_HINT_T1);
+            for (int o = 0; o < P4_SB; o += 64) PK_PREFETCH(v + PK_PF_AT(GT_Q4_K, nr) + o);
             p4_sb(v, sb, nr, q, bs, d, acc, accm);
         }
     }
@@ -276,7 +276,7 @@ static inline __attribute__((always_inline)) void p4z_group(const uint8_t *g, in
         } else {
             const uint8_t *v = g + (size_t)sb * P4Z_SB;
             if (nr >= P4Z_PF_ROWS)
-                for (int o = 0; o < P4Z_SB; o += 64) _mm_prefetch((const char *)v + P4Z_PF + o, _MM_HINT_T1);
+                for (int o = 0; o < P4Z_SB; o += 64) PK_PREFETCH(v + P4Z_PF + o);
             p4z_sb(v, sb, nr, q, bsf, d, acc, accm);
         }
     }

@@ -87,8 +87,8 @@ static inline __attribute__((always_inline)) void p6_grp(const uint8_t *v, const
         if (keep) PK_KEEP(isum[r]);
     }
     if (pf) { /* p6_group: 2 of the superblock's prefetch lines per group of 16 values */
-        _mm_prefetch((const char *)pf + 128 * g, _MM_HINT_T1);
-        _mm_prefetch((const char *)pf + 128 * g + 64, _MM_HINT_T1);
+        PK_PREFETCH(pf + 128 * g);
+        PK_PREFETCH(pf + 128 * g + 64);
     }
 }
 
@@ -141,7 +141,7 @@ static inline __attribute__((always_inline)) void p6_group(const uint8_t *g, int
             /* the next group of rows (contiguous, R * rb bytes) a slice per superblock: streams of R rows at
              * once leave the hardware prefetchers behind (2.5x slower than the packed stream without this) */
             const uint8_t *nx = g + (size_t)PK_R * rb + (size_t)sb * PK_R * P6_BYTES;
-            for (int o = 0; o < PK_R * P6_BYTES; o += 64) _mm_prefetch((const char *)nx + o, _MM_HINT_T1);
+            for (int o = 0; o < PK_R * P6_BYTES; o += 64) PK_PREFETCH(nx + o);
             for (int j = 0; j < P6_NT / 4; j++) pk_rows8(cb + 16 * j, rb, nv, buf + 4 * j);
             /* bytes 206..209 of each row's superblock: d in the high half (never reads past the row) */
             const __m256i h = _mm256_srli_epi32(
@@ -158,7 +158,7 @@ static inline __attribute__((always_inline)) void p6_group(const uint8_t *g, int
              * 1.13-1.17x slower spread (15.5 MB reused), which decode's weight stream never is. */
             if (nr > 2) {
                 #pragma GCC unroll 32
-                for (int o = 0; o < 8 * P6_BYTES; o += 64) _mm_prefetch((const char *)g + co + PK_PF + o, _MM_HINT_T1);
+                for (int o = 0; o < 8 * P6_BYTES; o += 64) PK_PREFETCH(g + co + PK_PF + o);
             }
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + so)));
             p6_sb(g + co, 0, dw, sb, nr, q, bs, d, acc, nr > 2 ? NULL : g + co + PK_PF);
