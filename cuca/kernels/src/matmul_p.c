@@ -42,14 +42,20 @@ static int pk_pf_env(int dflt) {
  * from memory; 512-1024 alike, 1280 on par for Q8_0), while Q5_0 / Q5_1 at 1 row (already 30 GB/s of 35) lost 4-10%
  * with 768-1024, Q4_0 / Q4_1 at 2 rows 7-13% and Q6_K 13-50% with 512-1024; whole passes at M = 1 0.847x the time
  * (Qwen 3.5 0.8B Q8_0), 0.904x (Gemma 4 E2B), 0.887x (Gemma 3 270M), 0.908x (SmolLM2), M = 2 0.93-1.01x, M = 4 on par
- * (cuca vs cuca, alternated in one process, same bits). Other CPUs keep cuca_pk_pf there: not measured. */
-int cuca_pk_pf = 2048, cuca_pk_pf_near = 2048;
+ * (cuca vs cuca, alternated in one process, same bits). Other CPUs keep cuca_pk_pf there: not measured. With the
+ * NTA hint (packed.h) 2 rows of Q8_0 / Q4_K take cuca_pk_pf_near2 (CUCA_PK_PF_NEAR2 may set it), 1024 on Zen 2: Qwen 3.5
+ * 0.8B Q8_0 passes at M = 2 0.971 / 0.974x the time of 768 (two runs; 896: 0.994x, 1280: 0.979x, 1536: 1.09x), Gemma 3
+ * 270M on par (0.995x). */
+int cuca_pk_pf = 2048, cuca_pk_pf_near = 2048, cuca_pk_pf_near2 = 2048;
 __attribute__((constructor)) static void pk_pf_init(void) {
     __builtin_cpu_init();
     cuca_pk_pf = pk_pf_env(__builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f") ? 8192 : 2048);
     const char *e = getenv("CUCA_PK_PF_NEAR");
     const int d = e ? atoi(e) : 0;
     cuca_pk_pf_near = d >= 256 && d <= 65536 ? d : __builtin_cpu_is("znver2") ? 768 : cuca_pk_pf;
+    const char *e2 = getenv("CUCA_PK_PF_NEAR2");
+    const int d2 = e2 ? atoi(e2) : 0;
+    cuca_pk_pf_near2 = d2 >= 256 && d2 <= 65536 ? d2 : __builtin_cpu_is("znver2") ? 1024 : cuca_pk_pf_near;
 }
 #elif defined(CUCA_AVX512)
 /* the fewest x rows at which the 32-block kernel prefetches, by the CPU and format (packed.h says why: Q8_0 in

@@ -34,12 +34,13 @@
 #define PK_PF 8192
 #elif defined(CUCA_AVX2)
 extern int cuca_pk_pf; /* matmul_p.c: 2048, or 8192 where the CPU has AVX-512 */
-extern int cuca_pk_pf_near; /* matmul_p.c: the distance of the light passes (PK_PF_AT), 768 on Zen 2 */
+extern int cuca_pk_pf_near, cuca_pk_pf_near2; /* matmul_p.c: the light passes' distances (PK_PF_AT), Zen 2 768 / 1024 */
 #define PK_PF cuca_pk_pf
 /* the distance for nr x rows of format wt (both constants where the kernels inline it): the lightest loops (1 row of
- * Q4_0 / Q4_1 / Q8_0 / Q4_K, 2 rows of Q8_0 / Q4_K) take cuca_pk_pf_near, matmul_p.c says why */
-#define PK_PF_AT(wt, nr) (((nr) == 1 && (wt) != GT_Q5_0 && (wt) != GT_Q5_1) || \
-                          ((nr) == 2 && ((wt) == GT_Q8_0 || (wt) == GT_Q4_K)) ? cuca_pk_pf_near : cuca_pk_pf)
+ * Q4_0 / Q4_1 / Q8_0 / Q4_K; 2 rows of Q8_0 / Q4_K) take cuca_pk_pf_near (cuca_pk_pf_near2), matmul_p.c says why */
+#define PK_PF_AT(wt, nr) ((nr) == 1 && (wt) != GT_Q5_0 && (wt) != GT_Q5_1                  ? cuca_pk_pf_near  \
+                          : (nr) == 2 && ((wt) == GT_Q8_0 || (wt) == GT_Q4_K) ? cuca_pk_pf_near2 \
+                                                                               : cuca_pk_pf)
 #endif
 #if defined(CUCA_AVX512)
 #define PK_R 16
