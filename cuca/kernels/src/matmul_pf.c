@@ -26,7 +26,9 @@
 /* packed bytes prefetched this far ahead (T1). One x row: 1 KiB (2 KiB left M = 1 1.13-1.18x the time of the
  * one-row kernel, 5632x2048 and 2048x5632, 12 copies, 2 threads, Zen 3; 512 / 768 bytes on par with 1 KiB). From 2
  * x rows a chunk takes 2-3x the cycles and 1 KiB is too near to hide DRAM: 8 KiB ran 0.37-0.55x the time at M = 2-4
- * (F16 5632x2048, 2048x5632, BF16 8960x1536, from memory, 2 threads, AVX2 build on Zen 4; 4 KiB 0.45-0.53x) */
+ * (F16 5632x2048, 2048x5632, BF16 8960x1536, from memory, 2 threads, AVX2 build on Zen 4; 4 KiB 0.45-0.53x). The hint
+ * is PK_PREFETCH's: NTA on Zen 2, where the kernel-table F16 / BF16 models ran 0.96-0.97x the time at M = 1, 2, 4 (2
+ * threads, cuca vs cuca alternated); the Q5_K rows of matmul_k.c lost 1-6% with it (8 KiB ahead) and keep T1. */
 #define PF_PF1 1024
 #define PF_PF2 8192
 
@@ -59,7 +61,7 @@ static inline __attribute__((always_inline)) void pf_run(const int wt, const pf_
     for (int64_t c = c0; c < c1; c++) {
         const uint8_t *p = W->g + (size_t)c * W->cs + (size_t)i0 * W->ro;
         if (pf == 1) {
-            _mm_prefetch((const char *)p + dist, _MM_HINT_T1); /* a chunk of the 4 rows: one 64-byte line */
+            PK_PREFETCH(p + dist); /* a chunk of the 4 rows: one 64-byte line */
         } else if (pf == 2 && !(c & 3)) {
             for (int i = 0; i < nv; i++) _mm_prefetch((const char *)p + (size_t)i * W->ro + CUCA_PREFETCH, _MM_HINT_T0);
         }
