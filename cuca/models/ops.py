@@ -225,9 +225,30 @@ class Ops:
 
     def silu(self, x: np.ndarray) -> np.ndarray:
         """x = silu(x) in place on a contiguous (M, C) array (the activation kernel times ones)."""
-        if self._ones.shape[0] < x.shape[0] or self._ones.shape[1] != x.shape[1]:
-            self._ones = np.ones((max(x.shape[0], self._ones.shape[0]), x.shape[1]), np.float32)
-        return self.act_mul("silu", x, self._ones[: x.shape[0]], x)
+        return self.act_mul("silu", x, self._ones_for(*x.shape), x)
+
+    def _ones_for(self, m: int, c: int) -> np.ndarray:
+        if self._ones.shape[0] < m or self._ones.shape[1] != c:
+            self._ones = np.ones((max(m, self._ones.shape[0]), c), np.float32)
+        return self._ones[:m]
+
+    def gdn_core(self, b: Any, proj: Sequence[np.ndarray], window: np.ndarray, state: np.ndarray, records: Records,
+                 eps_scale: tuple[float, float, float]) -> tuple[np.ndarray, np.ndarray] | None:
+        """A Gated DeltaNet layer (qwen35.GDNBlock `b`) between its projections for the rows of one sequence: proj =
+        (mixed, z, yb, ya); the conv `window` and recurrent `state` move on in place, the deferred `records` as
+        deltanet_deferred; eps_scale = (rms eps, L2 eps, scale) -> (y (M, val_dim) for ssm_out, raw [window | mixed]
+        (M + K - 1, C)), in one kernel call (the bits of the steps). None where this backend cannot (a class with
+        steps of its own): the caller takes the steps."""
+        if not self._c_path("gdn_core", ("sigmoid", "decay", "causal_conv", "silu", "act_mul", "deltanet_deferred",
+                                         "rms_norm")):
+            return None
+        mixed, z, yb, ya = proj
+        m, c = mixed.shape
+        raw, y = self.empty((m + window.shape[0], c)), self.empty(z.shape)
+        self.k.gdn_core(mixed, yb, ya, z, b.ssm_a, b.ssm_dt, window, b.conv_taps, self._ones_for(m, c), raw, state,
+                        records.pend, records.n, records.rec, int(records.defer), b.ssm_norm, eps_scale[0],
+                        eps_scale[1], eps_scale[2], y, self.threads)
+        return y, raw
 
     def attention(self, q: np.ndarray, kv: tuple[np.ndarray, np.ndarray], positions: np.ndarray, n_kv: int,
                   mask: Mask) -> np.ndarray:

@@ -280,10 +280,18 @@ class Model(Decoder):
         c, ops, n = self.c, self.ops, h.shape[0]
         # mixed (n, conv_dim): q | k | v, before the conv; the four projections of h in one call where they can
         mixed, z, yb, ya = ops.matmuls([b.attn_qkv, b.attn_gate, b.ssm_beta, b.ssm_alpha], h)
-        beta = ops.sigmoid(yb)
-        g = ops.decay(ya, b.ssm_a, b.ssm_dt)
         kd, ds = c.key_dim, c.d_state
         scale = 1.0 / math.sqrt(ds)
+        s0 = batch.seqs[0]
+        if len(batch.seqs) == 1 and not chunked[0] and s0.cache.deferred and c.k_heads == c.v_heads:
+            # one sequence, deferred records: the steps below in one kernel call (their bits)
+            r = ops.gdn_core(b, (mixed, z, yb, ya), s0.cache.conv[li], s0.cache.ssm[li], s0.cache.records(li),
+                             (c.eps, L2_EPS, scale))
+            if r is not None:
+                s0.cache.keep_raw(li, r[1])
+                return b.ssm_out(ops, r[0])
+        beta = ops.sigmoid(yb)
+        g = ops.decay(ya, b.ssm_a, b.ssm_dt)
         parts = []
         for s, chunk in zip(batch.seqs, chunked, strict=True):
             r, m, cache = s.rows, s.m, s.cache

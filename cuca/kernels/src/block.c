@@ -1,6 +1,7 @@
 /* Composite sub-blocks: the kernels of a block's steps called one after another from C, so a model makes one call
  * from Python where it made several (each return to the interpreter after a weight stream meets cold caches). The
  * steps' own kernels in their order: the bits of the steps. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuca.h"
@@ -66,4 +67,35 @@ int cuca_attn_core_f32(const cuca_attn_core_args *a) {
         .window = a->window, .scale = a->scale, .softcap = a->softcap, .out = a->out, .o_s0 = a->os.s0,
         .o_s1 = a->os.s1, .n_threads = nt};
     return cuca_attention(&A);
+}
+
+int cuca_gdn_core_f32(const cuca_gdn_core_args *a) {
+    if (!a || a->M <= 0 || a->H <= 0 || a->dk <= 0 || a->dv <= 0 || a->K < 1 || a->P < 0 || (a->P > 0 && !a->pend))
+        return CUCA_EINVAL;
+    const int M = a->M, H = a->H, dk = a->dk, dv = a->dv, nt = a->n_threads;
+    const ptrdiff_t C = 2 * (ptrdiff_t)H * dk + (ptrdiff_t)H * dv, HV = (ptrdiff_t)H * dv;
+    /* scratch: beta, g (M, H), x (M, C), o (M, H, dv) */
+    float *beta = (float *)malloc(sizeof(float) * (size_t)M * (size_t)(2 * H + C + HV));
+    if (!beta) return CUCA_ENOMEM;
+    float *g = beta + (size_t)M * H, *x = g + (size_t)M * H, *o = x + (size_t)M * C;
+    int rc = cuca_gate_sigmoid_f32(a->yb, H, beta, H, M, H, nt);
+    if (rc == CUCA_OK) rc = cuca_gate_decay_f32(a->ya, H, a->a, a->dt, g, H, M, H, nt);
+    if (rc == CUCA_OK) {
+        const cuca_causal_conv_args cv = {a->window, a->mixed, a->taps, a->raw, x, C, C, C, C, C, M, C, a->K, nt};
+        rc = cuca_causal_conv_f32(&cv);
+    }
+    const cuca_rows xr = {C, 0}, hr = {HV, dv};
+    if (rc == CUCA_OK) rc = cuca_act_mul_f32(0, x, xr, a->ones, xr, x, xr, M, 1, C, nt);
+    if (rc == CUCA_OK) {
+        const cuca_deltanet_args D = {
+            .q = x, .k = x + (ptrdiff_t)H * dk, .v = x + 2 * (ptrdiff_t)H * dk, .g = g, .beta = beta, .q_s0 = C,
+            .q_s1 = dk, .k_s0 = C, .k_s1 = dk, .v_s0 = C, .v_s1 = dv, .g_s0 = H, .b_s0 = H, .state = a->state,
+            .snaps = NULL, .out = o, .o_s0 = HV, .o_s1 = dv, .T = M, .H = H, .dk = dk, .dv = dv, .eps = a->l2_eps,
+            .scale = a->scale, .n_threads = nt, .pend = a->pend, .rec = a->rec, .P = a->P, .defer = a->defer};
+        rc = cuca_deltanet_f32(&D);
+    }
+    if (rc == CUCA_OK) rc = cuca_rms_norm_f32(o, hr, a->norm_w, a->norm_eps, a->y, hr, M, H, dv, nt);
+    if (rc == CUCA_OK) rc = cuca_act_mul_f32(0, a->z, hr, a->y, hr, a->y, hr, M, H, dv, nt);
+    free(beta);
+    return rc;
 }

@@ -134,4 +134,25 @@ int cuca_gate_sigmoid_f32(const float *x, ptrdiff_t x_s0, float *out, ptrdiff_t 
 int cuca_gate_decay_f32(const float *alpha, ptrdiff_t x_s0, const float *a, const float *dt, float *out,
                         ptrdiff_t o_s0, int64_t M, int64_t n, int n_threads);
 
+/* block.c: a Gated DeltaNet layer between its input projections and its output projection, in one call, the
+ * kernels of its steps in their order (their bits): beta = sigmoid(yb), g = decay(ya, a, dt); x = the causal conv
+ * of mixed after window (raw, window as cuca_causal_conv_args), then silu(x) as act_mul's silu times ones; the
+ * recurrence (one sequence, deferred records as cuca_deltanet_args) over q = x[:, :H dk], k = x[:, H dk : 2 H dk],
+ * v = x[:, 2 H dk:] into o (M, H, dv); y = silu(z) * (rms_norm(o) * norm_w), per head. Rows contiguous. */
+typedef struct {
+    const float *mixed, *yb, *ya, *z; /* (M, C = 2 H dk + H dv), (M, H), (M, H), (M, H dv) */
+    const float *a, *dt;              /* (H,): the decay's */
+    float *window;                    /* (K - 1, C): the conv's last rows, moved on in place */
+    const float *taps, *ones;         /* (K, C); (M, C) of 1.0f */
+    float *raw;                       /* (M + K - 1, C): [window | mixed] */
+    float *state;                     /* (H, dk, dv) */
+    const float *pend;                /* P pending records (NULL: none) */
+    float *rec;                       /* the M new records (NULL: none) */
+    int P, defer;
+    const float *norm_w;              /* (dv,) */
+    float norm_eps, l2_eps, scale;
+    float *y;                         /* (M, H dv) */
+    int M, H, dk, dv, K, n_threads;
+} cuca_gdn_core_args;
+int cuca_gdn_core_f32(const cuca_gdn_core_args *a);
 #endif
