@@ -285,11 +285,11 @@ class Model(Decoder):
         s0 = batch.seqs[0]
         if len(batch.seqs) == 1 and not chunked[0] and s0.cache.deferred and c.k_heads == c.v_heads:
             # one sequence, deferred records: the steps below in one kernel call (their bits)
-            r = ops.gdn_core(b, (mixed, z, yb, ya), s0.cache.conv[li], s0.cache.ssm[li], s0.cache.records(li),
-                             (c.eps, L2_EPS, scale))
-            if r is not None:
-                s0.cache.keep_raw(li, r[1])
-                return b.ssm_out(ops, r[0])
+            core = ops.gdn_core(b, (mixed, z, yb, ya), s0.cache.conv[li], s0.cache.ssm[li], s0.cache.records(li),
+                                (c.eps, L2_EPS, scale))
+            if core is not None:
+                s0.cache.keep_raw(li, core[1])
+                return b.ssm_out(ops, core[0])
         beta = ops.sigmoid(yb)
         g = ops.decay(ya, b.ssm_a, b.ssm_dt)
         parts = []

@@ -66,8 +66,6 @@ static inline __attribute__((always_inline)) void pk_where(int R, int64_t nb, in
     *codes = rec + (size_t)sb * (size_t)R * (size_t)kk + cbytes * (size_t)j;
 }
 
-/* GCC re-associates integer vector sums: left free, it computes all of a block's products before adding any and
- * spills them (AVX2 has 16 registers; 2+ x rows). An empty asm on a partial sum keeps the adds in source order. */
 #if defined(CUCA_AVX512) || defined(CUCA_AVX2)
 /* The packed kernels' weight prefetches, a line at p: into L2 (T1), or non-temporal (NTA) where CUCA_PK_NTA is 1
  * (the build's CUCA_PK_NTA=0 / 1, else 1 on Zen 2 alone: matmul_p.c says why). A constant: the hint is an
@@ -81,6 +79,9 @@ static inline __attribute__((always_inline)) void pk_where(int R, int64_t nb, in
 #endif
 #define PK_PREFETCH(p) _mm_prefetch((const char *)(p), CUCA_PK_NTA ? _MM_HINT_NTA : _MM_HINT_T1)
 #endif
+
+/* GCC re-associates integer vector sums: left free, it computes all of a block's products before adding any and
+ * spills them (AVX2 has 16 registers; 2+ x rows). An empty asm on a partial sum keeps the adds in source order. */
 #define PK_KEEP(v) __asm__("" : "+x"(v))
 
 #if defined(CUCA_AVX512) || defined(CUCA_AVX2)
