@@ -110,11 +110,19 @@ def test_qwen35_pass_through_gdn_core_is_the_steps(tmp_path: Any) -> None:
         def silu(self, x: np.ndarray) -> np.ndarray:
             return super().silu(x)
 
+    class Counted(Ops):  # the composite's calls that ran (not None)
+        ran = 0
+
+        def gdn_core(self, *args: Any) -> Any:
+            out = super().gdn_core(*args)
+            Counted.ran += out is not None
+            return out
+
     path = S.write(tmp_path / "qwen35-tiny.gguf", S.TINY, seed=0)
     rng = np.random.default_rng(3)
     prompt, batch = rng.integers(0, 320, 12).astype(np.int32), rng.integers(0, 320, 4).astype(np.int32)
     outs = []
-    for ops in (Ops(2), Steps(2)):
+    for ops in (Counted(2), Steps(2)):
         model = load_model(open_gguf(path), ops)
         cache = model.make_cache(32)
         got = [model.forward(prompt, np.arange(12, dtype=np.int32), cache, "all"),
@@ -123,5 +131,7 @@ def test_qwen35_pass_through_gdn_core_is_the_steps(tmp_path: Any) -> None:
         got.append(model.forward(batch[2:3], np.array([14], np.int32), cache, "all"))
         outs.append(got)
     assert outs[0][0].shape[0] == 12
+    n_gdn = sum((il + 1) % S.TINY.interval != 0 for il in range(S.TINY.n_layer))
+    assert n_gdn > 0 and Counted.ran == 3 * n_gdn  # every Gated DeltaNet layer of the 3 passes took the composite
     for a, b in zip(*outs, strict=True):
         assert np.array_equal(a, b)

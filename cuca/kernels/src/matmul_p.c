@@ -21,17 +21,11 @@
 #include "packed.h"
 
 #if defined(CUCA_AVX2) || defined(CUCA_AVX512)
-/* PK_PREFETCH's hint (packed.h): on Zen 2 the weights streamed into L2 (T1) evicted what the other ops of a pass
- * reuse (K / V rows, activations, scratch, code): an E2B layer's attention took 74 us cold against 41 us repeated
- * at once (position 200). NTA for every packed kernel (the same distances), whole passes: M = 1 0.964x the time on
- * Gemma 4 E2B Q4_0, 0.966x Qwen 3.5 0.8B Q8_0, 0.969x Gemma 3 270M, 0.971x SmolLM2; M = 4 0.97 / 0.98 / 1.00 / 0.95x
- * (AVX2, 2 threads, cuca vs cuca alternated in one process, the same bits). Other CPUs keep T1: not measured. */
-
-/* the packed kernels' prefetch distance in bytes: CUCA_PK_PF (512 .. 65536) where set, else dflt */
-static int pk_pf_env(int dflt) {
-    const char *e = getenv("CUCA_PK_PF");
+/* a prefetch distance in bytes: environment variable `name` (lo .. 65536) where set, else dflt */
+static int pk_pf_env(const char *name, int lo, int dflt) {
+    const char *e = getenv(name);
     const int d = e ? atoi(e) : 0;
-    return d >= 512 && d <= 65536 ? d : dflt;
+    return d >= lo && d <= 65536 ? d : dflt;
 }
 #endif
 
@@ -43,19 +37,16 @@ static int pk_pf_env(int dflt) {
  * with 768-1024, Q4_0 / Q4_1 at 2 rows 7-13% and Q6_K 13-50% with 512-1024; whole passes at M = 1 0.847x the time
  * (Qwen 3.5 0.8B Q8_0), 0.904x (Gemma 4 E2B), 0.887x (Gemma 3 270M), 0.908x (SmolLM2), M = 2 0.93-1.01x, M = 4 on par
  * (cuca vs cuca, alternated in one process, same bits). Other CPUs keep cuca_pk_pf there: not measured. With the
- * NTA hint (packed.h) 2 rows of Q8_0 / Q4_K take cuca_pk_pf_near2 (CUCA_PK_PF_NEAR2 may set it), 1024 on Zen 2: Qwen 3.5
- * 0.8B Q8_0 passes at M = 2 0.971 / 0.974x the time of 768 (two runs; 896: 0.994x, 1280: 0.979x, 1536: 1.09x), Gemma 3
- * 270M on par (0.995x). */
+ * NTA hint (packed.h) 2 rows of Q8_0 / Q4_K take cuca_pk_pf_near2 (CUCA_PK_PF_NEAR2 may set it), 1024 on Zen 2:
+ * Qwen 3.5 0.8B Q8_0 passes at M = 2 0.971 / 0.974 / 0.972x the time of 768 (three runs; 896: 0.994x, 1280: 0.979x,
+ * 1536: 1.09x), Gemma 3 270M on par (0.995x). */
 int cuca_pk_pf = 2048, cuca_pk_pf_near = 2048, cuca_pk_pf_near2 = 2048;
 __attribute__((constructor)) static void pk_pf_init(void) {
     __builtin_cpu_init();
-    cuca_pk_pf = pk_pf_env(__builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f") ? 8192 : 2048);
-    const char *e = getenv("CUCA_PK_PF_NEAR");
-    const int d = e ? atoi(e) : 0;
-    cuca_pk_pf_near = d >= 256 && d <= 65536 ? d : __builtin_cpu_is("znver2") ? 768 : cuca_pk_pf;
-    const char *e2 = getenv("CUCA_PK_PF_NEAR2");
-    const int d2 = e2 ? atoi(e2) : 0;
-    cuca_pk_pf_near2 = d2 >= 256 && d2 <= 65536 ? d2 : __builtin_cpu_is("znver2") ? 1024 : cuca_pk_pf_near;
+    const int zen2 = __builtin_cpu_is("znver2"), amd512 = __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f");
+    cuca_pk_pf = pk_pf_env("CUCA_PK_PF", 512, amd512 ? 8192 : 2048);
+    cuca_pk_pf_near = pk_pf_env("CUCA_PK_PF_NEAR", 256, zen2 ? 768 : cuca_pk_pf);
+    cuca_pk_pf_near2 = pk_pf_env("CUCA_PK_PF_NEAR2", 256, zen2 ? 1024 : cuca_pk_pf_near);
 }
 #elif defined(CUCA_AVX512)
 /* the fewest x rows at which the 32-block kernel prefetches, by the CPU and format (packed.h says why: Q8_0 in
@@ -71,7 +62,7 @@ __attribute__((constructor)) static void pk_pf_init(void) {
     }
     const char *pr = getenv("CUCA_PK_PF_ROWS");
     if (pr && atoi(pr) >= 1 && atoi(pr) <= 17) pk_pf_rows = pk_pf_rows8 = atoi(pr);
-    pk_pf_dist = pk_pf_env(PK_PF);
+    pk_pf_dist = pk_pf_env("CUCA_PK_PF", 512, PK_PF);
     const char *st = getenv("CUCA_PK_PF_STEP");
     const int k = st ? atoi(st) : 0;
     if (k == 64 || k == 128 || k == 256) pk_pf_step = k;

@@ -23,7 +23,7 @@
 #define PF_T 4
 #define PF_W(nr) ((nr) > 3 ? 2 : PF_R)
 #endif
-/* packed bytes prefetched this far ahead (T1). One x row: 1 KiB (2 KiB left M = 1 1.13-1.18x the time of the
+/* packed bytes prefetched this far ahead (PK_PREFETCH). One x row: 1 KiB (2 KiB left M = 1 1.13-1.18x the time of the
  * one-row kernel, 5632x2048 and 2048x5632, 12 copies, 2 threads, Zen 3; 512 / 768 bytes on par with 1 KiB). From 2
  * x rows a chunk takes 2-3x the cycles and 1 KiB is too near to hide DRAM: 8 KiB ran 0.37-0.55x the time at M = 2-4
  * (F16 5632x2048, 2048x5632, BF16 8960x1536, from memory, 2 threads, AVX2 build on Zen 4; 4 KiB 0.45-0.53x). The hint

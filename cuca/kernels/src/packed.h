@@ -68,8 +68,13 @@ static inline __attribute__((always_inline)) void pk_where(int R, int64_t nb, in
 
 #if defined(CUCA_AVX512) || defined(CUCA_AVX2)
 /* The packed kernels' weight prefetches, a line at p: into L2 (T1), or non-temporal (NTA) where CUCA_PK_NTA is 1
- * (the build's CUCA_PK_NTA=0 / 1, else 1 on Zen 2 alone: matmul_p.c says why). A constant: the hint is an
- * immediate, and a flag read at run time cost E2B passes 4-7% (AVX2 Zen 2). */
+ * (the build's CUCA_PK_NTA=0 / 1, else 1 on Zen 2 alone). On Zen 2 the weights streamed through L2 evicted what the
+ * other ops of a pass reuse (K / V rows, activations, scratch, code): an E2B layer's attention took 74 us cold against
+ * 41 us repeated at once (position 200), 47 us with NTA. NTA for every packed kernel, the same distances: whole passes
+ * at M = 1 0.964x the time on Gemma 4 E2B Q4_0, 0.966x Qwen 3.5 0.8B Q8_0, 0.969x Gemma 3 270M, 0.971x SmolLM2; M = 4
+ * 0.97 / 0.98 / 1.00 / 0.95x (AVX2, 2 threads, cuca vs cuca alternated in one process, the same bits). Other CPUs keep
+ * T1: not measured. A constant, as the hint is an immediate: chosen by a flag read at run time, E2B passes took 1.068 /
+ * 1.059x the time at M = 1 / 4. */
 #ifndef CUCA_PK_NTA
 #if defined(__znver2__)
 #define CUCA_PK_NTA 1
